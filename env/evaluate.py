@@ -1,0 +1,148 @@
+"""Evaluator: a response (or plan) on an instance becomes a verdict with a reward.
+
+A plan is executed step by step (agents whose move list has ended stay put). Within a time step the
+checks run in the fixed order ``off_grid``, ``hole``, ``vertex_conflict``, ``edge_conflict``; the first
+failure found, in time order, is the verdict's failure. ``goal_not_reached`` is checked after the last
+step. ``parse_error`` and ``wrong_agents`` come from the prompt codec before any move is made.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from env.grid import Cell, Grid, step
+from env.instance import Instance
+from env.prompt import ParseFailure, parse_response
+
+FAILURE_CATEGORIES = (
+    "parse_error",
+    "wrong_agents",
+    "off_grid",
+    "hole",
+    "vertex_conflict",
+    "edge_conflict",
+    "goal_not_reached",
+)
+
+
+class RewardConfig(BaseModel):
+    """Reward of a verdict: ``valid`` for a valid plan plus bonuses; ``invalid`` otherwise."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    valid: float = Field(1.0, description="reward of a valid plan")
+    optimal_bonus: float = Field(0.5, description="added when the makespan is optimal")
+    soc_optimal_bonus: float = Field(0.0, description="added when the sum of costs is optimal")
+    invalid: float = Field(0.0, description="reward of an invalid plan, unless its category is listed below")
+    failure: dict[str, float] = Field(default_factory=dict, description="reward per failure category")
+
+    def reward(self, verdict: Verdict) -> float:
+        if not verdict.valid:
+            return self.failure.get(verdict.failure or "", self.invalid)
+        return self.valid + self.optimal_bonus * verdict.optimal + self.soc_optimal_bonus * verdict.soc_optimal
+
+
+@dataclass
+class Verdict:
+    id: str
+    valid: bool
+    optimal: bool
+    soc_optimal: bool
+    makespan: int | None
+    sum_of_costs: int | None
+    failure: str | None
+    failure_agent: int | None
+    failure_step: int | None
+    detail: str
+    reward: float = 0.0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _failure(instance: Instance, category: str, agent: int | None, t: int | None, detail: str) -> Verdict:
+    return Verdict(instance.id, False, False, False, None, None, category, agent, t, detail)
+
+
+def _arrival_time(positions: list[Cell], goal: Cell) -> int:
+    """Time of the final arrival at ``goal`` (0 if the agent never leaves it)."""
+    t = len(positions) - 1
+    while t > 0 and positions[t - 1] == goal:
+        t -= 1
+    return t
+
+
+def check_plan(instance: Instance, plan: list[list[str]], grid: Grid | None = None) -> Verdict:
+    """Verdict of a parsed plan (one move list per agent); reward left at 0."""
+    grid = grid or instance.grid
+    starts = [tuple(s) for s in instance.starts]
+    goals = [tuple(g) for g in instance.goals]
+    if len(plan) != len(starts):
+        return _failure(instance, "wrong_agents", None, None, f"{len(plan)} plans for {len(starts)} agents")
+    horizon = max((len(m) for m in plan), default=0)
+    trajectories = [[s] for s in starts]
+    for t in range(1, horizon + 1):
+        previous = [tr[-1] for tr in trajectories]
+        current = [
+            step(previous[i], plan[i][t - 1]) if t <= len(plan[i]) else previous[i] for i in range(len(plan))
+        ]
+        for i, cell in enumerate(current):
+            if not grid.in_bounds(cell):
+                return _failure(instance, "off_grid", i, t, f"agent {i} leaves the map at {cell}")
+        for i, cell in enumerate(current):
+            if not grid.is_free(cell):
+                return _failure(instance, "hole", i, t, f"agent {i} falls into the hole at {cell}")
+        seen: dict[Cell, int] = {}
+        for i, cell in enumerate(current):
+            if cell in seen:
+                return _failure(
+                    instance, "vertex_conflict", seen[cell], t, f"agents {seen[cell]} and {i} meet at {cell}"
+                )
+            seen[cell] = i
+        for i in range(len(current)):
+            for j in range(i + 1, len(current)):
+                if current[i] == previous[j] and current[j] == previous[i] and current[i] != previous[i]:
+                    return _failure(
+                        instance, "edge_conflict", i, t,
+                        f"agents {i} and {j} swap {previous[i]} and {previous[j]}",
+                    )
+        for trajectory, cell in zip(trajectories, current):
+            trajectory.append(cell)
+    for i, (trajectory, goal) in enumerate(zip(trajectories, goals)):
+        if trajectory[-1] != goal:
+            return _failure(
+                instance, "goal_not_reached", i, horizon, f"agent {i} ends at {trajectory[-1]}, not its goal {goal}"
+            )
+    costs = [_arrival_time(tr, g) for tr, g in zip(trajectories, goals)]
+    makespan, soc = max(costs, default=0), sum(costs)
+    return Verdict(
+        instance.id, True, makespan <= instance.optimal_makespan, soc <= instance.optimal_sum_of_costs,
+        makespan, soc, None, None, None, "",
+    )
+
+
+def evaluate(instance: Instance, response: str, reward: RewardConfig | None = None) -> Verdict:
+    """Verdict of a response text, with its reward."""
+    parsed = parse_response(response, instance.num_agents)
+    if isinstance(parsed, ParseFailure):
+        verdict = _failure(instance, parsed.category, None, None, parsed.detail)
+    else:
+        verdict = check_plan(instance, parsed)
+    verdict.reward = (reward or RewardConfig()).reward(verdict)
+    return verdict
+
+
+def evaluate_batch(
+    instances: dict[str, Instance], responses: Iterable[tuple[str, str]], reward: RewardConfig | None = None
+) -> list[Verdict]:
+    """Verdicts of many ``(instance id, response)`` pairs; an unknown id raises ``KeyError``."""
+    reward = reward or RewardConfig()
+    verdicts = []
+    for instance_id, response in responses:
+        if instance_id not in instances:
+            raise KeyError(f"no instance with id {instance_id!r}")
+        verdicts.append(evaluate(instances[instance_id], response, reward))
+    return verdicts
