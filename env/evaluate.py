@@ -75,6 +75,26 @@ def _arrival_time(positions: list[Cell], goal: Cell) -> int:
     return t
 
 
+def step_failure(grid: Grid, previous: list[Cell], current: list[Cell]) -> tuple[str, int, str] | None:
+    """The first rule one joint step breaks, in the fixed order: (category, agent, detail), or None."""
+    for i, cell in enumerate(current):
+        if not grid.in_bounds(cell):
+            return "off_grid", i, f"agent {i} leaves the map at {cell}"
+    for i, cell in enumerate(current):
+        if not grid.is_free(cell):
+            return "hole", i, f"agent {i} falls into the hole at {cell}"
+    seen: dict[Cell, int] = {}
+    for i, cell in enumerate(current):
+        if cell in seen:
+            return "vertex_conflict", seen[cell], f"agents {seen[cell]} and {i} meet at {cell}"
+        seen[cell] = i
+    for i in range(len(current)):
+        for j in range(i + 1, len(current)):
+            if current[i] == previous[j] and current[j] == previous[i] and current[i] != previous[i]:
+                return "edge_conflict", i, f"agents {i} and {j} swap {previous[i]} and {previous[j]}"
+    return None
+
+
 def check_plan(instance: Instance, plan: list[list[str]], grid: Grid | None = None) -> Verdict:
     """Verdict of a parsed plan (one move list per agent); reward left at 0."""
     grid = grid or instance.grid
@@ -89,26 +109,10 @@ def check_plan(instance: Instance, plan: list[list[str]], grid: Grid | None = No
         current = [
             step(previous[i], plan[i][t - 1]) if t <= len(plan[i]) else previous[i] for i in range(len(plan))
         ]
-        for i, cell in enumerate(current):
-            if not grid.in_bounds(cell):
-                return _failure(instance, "off_grid", i, t, f"agent {i} leaves the map at {cell}")
-        for i, cell in enumerate(current):
-            if not grid.is_free(cell):
-                return _failure(instance, "hole", i, t, f"agent {i} falls into the hole at {cell}")
-        seen: dict[Cell, int] = {}
-        for i, cell in enumerate(current):
-            if cell in seen:
-                return _failure(
-                    instance, "vertex_conflict", seen[cell], t, f"agents {seen[cell]} and {i} meet at {cell}"
-                )
-            seen[cell] = i
-        for i in range(len(current)):
-            for j in range(i + 1, len(current)):
-                if current[i] == previous[j] and current[j] == previous[i] and current[i] != previous[i]:
-                    return _failure(
-                        instance, "edge_conflict", i, t,
-                        f"agents {i} and {j} swap {previous[i]} and {previous[j]}",
-                    )
+        failure = step_failure(grid, previous, current)
+        if failure is not None:
+            category, agent, detail = failure
+            return _failure(instance, category, agent, t, detail)
         for trajectory, cell in zip(trajectories, current):
             trajectory.append(cell)
     for i, (trajectory, goal) in enumerate(zip(trajectories, goals)):

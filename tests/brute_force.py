@@ -60,9 +60,14 @@ def min_sum_of_costs(
     goal and then stays forever; each step costs the number of unfinished agents."""
     grid = Grid(size, holes)
     goals_t = tuple(map(tuple, goals))
-    start = (tuple(map(tuple, starts)), (False,) * len(starts))
-    best = {start: 0}
-    heap = [(0, 0, start)]
+    positions0 = tuple(map(tuple, starts))
+    at_goal = [i for i in range(len(starts)) if positions0[i] == goals_t[i]]
+    best, heap = {}, []
+    for k in range(len(at_goal) + 1):  # agents starting on their goal may finish at once
+        for chosen in itertools.combinations(at_goal, k):
+            start = (positions0, tuple(i in chosen for i in range(len(starts))))
+            best[start] = 0
+            heap.append((0, 0, start))
     while heap:
         cost, t, state = heapq.heappop(heap)
         positions, finished = state

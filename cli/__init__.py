@@ -1,0 +1,1 @@
+"""The ``envengineer`` command line."""

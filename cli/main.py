@@ -1,0 +1,16 @@
+"""Entry point of the ``envengineer`` command."""
+
+import typer
+
+from cli import testbed
+
+app = typer.Typer(
+    help="envengineer: RL on MAPF-FrozenLake with an LLM environment engineer.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+testbed.register(app)
+
+if __name__ == "__main__":
+    app()

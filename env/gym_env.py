@@ -1,0 +1,78 @@
+"""Gymnasium single-turn text environment: observation = prompt, action = response text.
+
+Registered as ``envengineer/MAPFFrozenLake-v0`` when ``env`` is imported. By default it draws
+instances from the shipped validation split; pass ``instances=`` (a list or a JSON Lines path) to use
+others, and ``options={"instance_id": ...}`` to ``reset`` to pick one.
+"""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+
+import gymnasium
+from gymnasium import spaces
+
+from env.evaluate import RewardConfig, evaluate
+from env.instance import Instance, read_instances
+from env.prompt import parse_response
+from env.render import ansi
+
+ENV_ID = "envengineer/MAPFFrozenLake-v0"
+CHARSET = string.printable
+MAX_PROMPT_CHARS = 8192
+MAX_RESPONSE_CHARS = 4096
+
+
+class MAPFFrozenLakeTextEnv(gymnasium.Env):
+    """One instance per episode; one response ends it with the evaluator's reward."""
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+
+    def __init__(
+        self,
+        instances: list[Instance] | str | Path | None = None,
+        reward: RewardConfig | None = None,
+        render_mode: str | None = None,
+    ):
+        if render_mode not in (None, *self.metadata["render_modes"]):
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
+        if instances is None:
+            from env.benchmark import VALIDATION
+
+            instances = VALIDATION.path
+        self.instances = read_instances(instances) if isinstance(instances, (str, Path)) else list(instances)
+        if not self.instances:
+            raise ValueError("no instances given")
+        self.by_id = {inst.id: inst for inst in self.instances}
+        self.reward_config = reward or RewardConfig()
+        self.render_mode = render_mode
+        self.observation_space = spaces.Text(max_length=MAX_PROMPT_CHARS, min_length=1, charset=CHARSET)
+        self.action_space = spaces.Text(max_length=MAX_RESPONSE_CHARS, min_length=0, charset=CHARSET)
+        self.instance: Instance | None = None
+        self.last_plan: list[list[str]] | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        from env.prompt import render_prompt
+
+        super().reset(seed=seed)
+        options = options or {}
+        if "instance_id" in options:
+            self.instance = self.by_id[options["instance_id"]]
+        else:
+            self.instance = self.instances[int(self.np_random.integers(len(self.instances)))]
+        self.last_plan = None
+        return render_prompt(self.instance), {"instance_id": self.instance.id}
+
+    def step(self, action: str):
+        if self.instance is None:
+            raise RuntimeError("call reset() before step()")
+        verdict = evaluate(self.instance, action, self.reward_config)
+        parsed = parse_response(action, self.instance.num_agents)
+        self.last_plan = parsed if isinstance(parsed, list) else None
+        return "", verdict.reward, True, False, verdict.to_dict()
+
+    def render(self):
+        if self.render_mode == "ansi" and self.instance is not None:
+            return ansi(self.instance, self.last_plan)
+        return None

@@ -1,0 +1,1 @@
+"""Ray Tune ablation sweeps: not built yet (issue 6)."""
