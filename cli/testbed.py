@@ -60,6 +60,11 @@ def _read_responses(path: Path) -> dict[str, str]:
     return responses
 
 
+def _progress(description: str, total: int):
+    """A progress-bar wrapper for an iterable of ``total`` items (drawn on stderr)."""
+    return lambda items: track(items, total=total, description=description, console=console)
+
+
 def _summary(verdicts: list[Verdict]) -> Table:
     table = Table(title=f"{len(verdicts)} responses")
     table.add_column("outcome")
@@ -84,8 +89,7 @@ def generate(
     env_config = _load_config(config)
     start = time.perf_counter()
     instances, gen_report = generate_instances(
-        env_config, id_prefix, workers,
-        progress=lambda it: track(it, total=env_config.num_instances, description="generating", console=console),
+        env_config, id_prefix, workers, progress=_progress("generating", env_config.num_instances)
     )
     count = write_instances(instances, out)
     console.print(f"wrote {count} instances to {out} in {time.perf_counter() - start:.1f} s")
@@ -171,7 +175,7 @@ def benchmark_build(
         spec = SUITES[name]
         start = time.perf_counter()
         total = len(spec.specs())
-        instances = build(spec, workers, progress=lambda it: track(it, total=total, description=name, console=console))
+        instances = build(spec, workers, progress=_progress(name, total))
         target = (out_dir or spec.path.parent) / spec.path.name
         if check:
             target = Path("/tmp") / f"envengineer-check-{name}.jsonl"
@@ -276,8 +280,10 @@ def demo(
     start = time.perf_counter()
     instances, report = generate_instances(config, "demo")
     write_instances(instances, out / "instances.jsonl")
-    console.print(f"generated and solved {len(instances)} instances in {time.perf_counter() - start:.1f} s "
-                  f"({sum(i.requires_wait for i in instances)} need a WAIT)")
+    console.print(
+        f"generated and solved {len(instances)} instances in {time.perf_counter() - start:.1f} s "
+        f"({sum(i.requires_wait for i in instances)} need a WAIT)"
+    )
     example = max(instances, key=lambda i: (i.requires_wait, i.size))
     print(render_prompt(example))
     print("\nsolver's plan:\n" + format_answer(example.solution) + "\n")

@@ -83,8 +83,7 @@ def build(suite: Suite, workers: int = 1, cells=None, progress=None) -> list[Ins
     specs = suite.specs(cells)
     results: list[DrawResult] = make_instances(specs, workers, progress)
     problems = [
-        spec.id for spec, r in zip(specs, results)
-        if r.instance is None or r.instance.requires_wait != spec.want_wait
+        spec.id for spec, r in zip(specs, results) if r.instance is None or r.instance.requires_wait != spec.want_wait
     ]
     if problems:
         raise SuiteError(f"{len(problems)} instances fell short of their spec: {problems[:5]}")
@@ -101,8 +100,11 @@ def parse_id(instance_id: str) -> dict | None:
     if not match:
         return None
     return {
-        "suite": match["suite"], "agents": int(match["agents"]), "size": int(match["size"]),
-        "wait": float(match["wait"]), "index": int(match["index"]),
+        "suite": match["suite"],
+        "agents": int(match["agents"]),
+        "size": int(match["size"]),
+        "wait": float(match["wait"]),
+        "index": int(match["index"]),
     }
 
 
@@ -127,8 +129,9 @@ class ScoreTable:
     def to_dict(self) -> dict:
         return {
             str(a): {
-                "sizes": {str(s): {"acc": self.acc[a][s], "opt": self.opt[a][s], "n": self.counts[a][s]}
-                          for s in self.acc[a]},
+                "sizes": {
+                    str(s): {"acc": self.acc[a][s], "opt": self.opt[a][s], "n": self.counts[a][s]} for s in self.acc[a]
+                },
                 "sum": {"acc": self.sum_acc(a), "opt": self.sum_opt(a)},
             }
             for a in self.acc
@@ -139,9 +142,7 @@ class ScoreTable:
         head = "| agents | " + " | ".join(f"{s}x{s}" for s in sizes) + " | Sum |"
         lines = [head, "|" + "---|" * (len(sizes) + 2)]
         for a in sorted(self.acc):
-            cells = [
-                f"{self.acc[a][s]:.2f}/{self.opt[a][s]:.2f}" if s in self.acc[a] else "-" for s in sizes
-            ]
+            cells = [f"{self.acc[a][s]:.2f}/{self.opt[a][s]:.2f}" if s in self.acc[a] else "-" for s in sizes]
             lines.append(f"| {a} | " + " | ".join(cells) + f" | {self.sum_acc(a):.2f}/{self.sum_opt(a):.2f} |")
         return "\n".join(lines)
 

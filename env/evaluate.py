@@ -106,9 +106,7 @@ def check_plan(instance: Instance, plan: list[list[str]], grid: Grid | None = No
     trajectories = [[s] for s in starts]
     for t in range(1, horizon + 1):
         previous = [tr[-1] for tr in trajectories]
-        current = [
-            step(previous[i], plan[i][t - 1]) if t <= len(plan[i]) else previous[i] for i in range(len(plan))
-        ]
+        current = [step(previous[i], plan[i][t - 1]) if t <= len(plan[i]) else previous[i] for i in range(len(plan))]
         failure = step_failure(grid, previous, current)
         if failure is not None:
             category, agent, detail = failure
@@ -123,8 +121,16 @@ def check_plan(instance: Instance, plan: list[list[str]], grid: Grid | None = No
     costs = [_arrival_time(tr, g) for tr, g in zip(trajectories, goals)]
     makespan, soc = max(costs, default=0), sum(costs)
     return Verdict(
-        instance.id, True, makespan <= instance.optimal_makespan, soc <= instance.optimal_sum_of_costs,
-        makespan, soc, None, None, None, "",
+        instance.id,
+        True,
+        makespan <= instance.optimal_makespan,
+        soc <= instance.optimal_sum_of_costs,
+        makespan,
+        soc,
+        None,
+        None,
+        None,
+        "",
     )
 
 

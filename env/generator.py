@@ -123,8 +123,10 @@ def _crossing_pair(rng: random.Random, grid: Grid, free: list[Cell], first: tupl
     start = rng.choice(starts)
     from_start = grid.distances_from(grid.index(start))
     goals = [
-        c for c in free
-        if c not in (first[1], start) and from_meet[grid.index(c)] >= 1
+        c
+        for c in free
+        if c not in (first[1], start)
+        and from_meet[grid.index(c)] >= 1
         and from_start[grid.index(c)] == t + from_meet[grid.index(c)]
     ]
     return (start, rng.choice(goals)) if goals else None
@@ -172,9 +174,16 @@ def make_instance(spec: InstanceSpec, limits: SolverLimits = GENERATOR_LIMITS) -
             result.unsolved += 1
             continue
         instance = Instance(
-            id=spec.id, size=spec.size, holes=holes, starts=starts, goals=goals,
-            optimal_makespan=analysis.optimal_makespan, optimal_sum_of_costs=analysis.optimal_sum_of_costs,
-            requires_wait=analysis.requires_wait, seed=spec.seed, solution=analysis.solution,
+            id=spec.id,
+            size=spec.size,
+            holes=holes,
+            starts=starts,
+            goals=goals,
+            optimal_makespan=analysis.optimal_makespan,
+            optimal_sum_of_costs=analysis.optimal_sum_of_costs,
+            requires_wait=analysis.requires_wait,
+            seed=spec.seed,
+            solution=analysis.solution,
         )
         if analysis.requires_wait == spec.want_wait:
             result.instance = instance
@@ -196,8 +205,12 @@ def instance_specs(config: EnvConfig, id_prefix: str = "train") -> list[Instance
         for index, want_wait in enumerate(flags):
             specs.append(
                 InstanceSpec(
-                    id=f"{id_prefix}-s{size}-{index:05d}", size=size, num_agents=config.num_agents,
-                    hole_ratio=knobs.hole_ratio, want_wait=want_wait, seed=derive_seed(config.seed, size, index),
+                    id=f"{id_prefix}-s{size}-{index:05d}",
+                    size=size,
+                    num_agents=config.num_agents,
+                    hole_ratio=knobs.hole_ratio,
+                    want_wait=want_wait,
+                    seed=derive_seed(config.seed, size, index),
                 )
             )
     return specs

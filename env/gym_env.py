@@ -50,6 +50,7 @@ class MAPFFrozenLakeTextEnv(gymnasium.Env):
         self.observation_space = spaces.Text(max_length=MAX_PROMPT_CHARS, min_length=1, charset=CHARSET)
         self.action_space = spaces.Text(max_length=MAX_RESPONSE_CHARS, min_length=0, charset=CHARSET)
         self.instance: Instance | None = None
+        self.prompt = ""
         self.last_plan: list[list[str]] | None = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
@@ -62,7 +63,8 @@ class MAPFFrozenLakeTextEnv(gymnasium.Env):
         else:
             self.instance = self.instances[int(self.np_random.integers(len(self.instances)))]
         self.last_plan = None
-        return render_prompt(self.instance), {"instance_id": self.instance.id}
+        self.prompt = render_prompt(self.instance)
+        return self.prompt, {"instance_id": self.instance.id}
 
     def step(self, action: str):
         if self.instance is None:
@@ -70,7 +72,7 @@ class MAPFFrozenLakeTextEnv(gymnasium.Env):
         verdict = evaluate(self.instance, action, self.reward_config)
         parsed = parse_response(action, self.instance.num_agents)
         self.last_plan = parsed if isinstance(parsed, list) else None
-        return "", verdict.reward, True, False, verdict.to_dict()
+        return self.prompt, verdict.reward, True, False, verdict.to_dict()
 
     def render(self):
         if self.render_mode == "ansi" and self.instance is not None:

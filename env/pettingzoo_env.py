@@ -99,8 +99,16 @@ class MAPFFrozenLakeParallelEnv(ParallelEnv):
             reward = 0.0
             if done:
                 verdict = Verdict(
-                    self.instance.id, True, self.t <= self.instance.optimal_makespan, False,
-                    self.t, None, None, None, None, "",
+                    self.instance.id,
+                    True,
+                    self.t <= self.instance.optimal_makespan,
+                    False,
+                    self.t,
+                    None,
+                    None,
+                    None,
+                    None,
+                    "",
                 )
                 reward = self.reward_config.reward(verdict)
                 info["optimal"] = verdict.optimal

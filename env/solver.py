@@ -123,9 +123,7 @@ class _Budget:
         self.expansions += expansions
         self.nodes += nodes
         if self.expansions > self.limits.max_expansions or self.nodes > self.limits.max_nodes:
-            raise BudgetExceeded(
-                f"solver budget exceeded ({self.expansions} expansions, {self.nodes} nodes)"
-            )
+            raise BudgetExceeded(f"solver budget exceeded ({self.expansions} expansions, {self.nodes} nodes)")
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise BudgetExceeded(f"solver time limit of {self.limits.time_limit_s} s exceeded")
 
@@ -208,9 +206,7 @@ def _low_level(
             if cost_bound is not None and f > cost_bound:
                 continue
             extra = avoid.count(v, w, nt) if avoid is not None else 0
-            heapq.heappush(
-                heap, (f, conflicts + extra, waits + (w == v), -nt, w, nt, key)
-            )
+            heapq.heappush(heap, (f, conflicts + extra, waits + (w == v), -nt, w, nt, key))
     budget.spend(expansions=expansions % 1024)
     return None
 
@@ -319,8 +315,15 @@ class _CBS:
     def plan(self, agent: int, constraints: AgentConstraints, others: list[list[int]], bound: int | None):
         avoid = _AvoidanceTable(self.grid.num_cells, others) if others else None
         return _low_level(
-            self.grid, self.starts[agent], self.goals[agent], self.heuristics[agent],
-            constraints, avoid, self.allow_wait, self.budget, bound,
+            self.grid,
+            self.starts[agent],
+            self.goals[agent],
+            self.heuristics[agent],
+            constraints,
+            avoid,
+            self.allow_wait,
+            self.budget,
+            bound,
         )
 
     def agent_bound(self, node: _Node, agent: int) -> int | None:
@@ -383,8 +386,7 @@ class _CBS:
         n = self.grid.num_cells
         if u < 0:
             return [
-                (agent, node.constraints[agent].with_vertex(t * n + v, v == self.goals[agent], t))
-                for agent in (a, b)
+                (agent, node.constraints[agent].with_vertex(t * n + v, v == self.goals[agent], t)) for agent in (a, b)
             ]
         return [
             (a, node.constraints[a].with_edge((t * n + u) * n + v)),
@@ -433,9 +435,10 @@ class _CBS:
                 break
             else:
                 return node.paths
-        raise Unsolvable("the constraint tree is exhausted: no solution" + (
-            " within the cost bound" if self.cost_bound is not None else ""
-        ))
+        raise Unsolvable(
+            "the constraint tree is exhausted: no solution"
+            + (" within the cost bound" if self.cost_bound is not None else "")
+        )
 
 
 FIRST_SEARCH_NODES = 64
@@ -462,16 +465,12 @@ def _jointly_reachable(grid: Grid, starts: list[int], goals: list[int], allow_wa
     while frontier:
         next_frontier = []
         for state in frontier:
-            options = [
-                neighbours[v] + (v,) if allow_wait or v == g else neighbours[v]
-                for v, g in zip(state, goal)
-            ]
+            options = [neighbours[v] + (v,) if allow_wait or v == g else neighbours[v] for v, g in zip(state, goal)]
             for nxt in itertools.product(*options):
                 if nxt in seen or len(set(nxt)) < len(nxt):
                     continue
                 if any(
-                    nxt[i] == state[j] and nxt[j] == state[i]
-                    for i in range(len(nxt)) for j in range(i + 1, len(nxt))
+                    nxt[i] == state[j] and nxt[j] == state[i] for i in range(len(nxt)) for j in range(i + 1, len(nxt))
                 ):
                     continue
                 if nxt == goal:
@@ -563,8 +562,15 @@ def analyse(
     if by_cost.has_wait:
         try:
             solve(
-                size, holes, starts, goals, "sum_of_costs", allow_wait=False,
-                cost_bound=by_cost.sum_of_costs, limits=limits, grid=grid,
+                size,
+                holes,
+                starts,
+                goals,
+                "sum_of_costs",
+                allow_wait=False,
+                cost_bound=by_cost.sum_of_costs,
+                limits=limits,
+                grid=grid,
             )
         except Unsolvable:
             requires_wait = True

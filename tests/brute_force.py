@@ -16,11 +16,7 @@ def _joint_successors(grid: Grid, positions: tuple[Cell, ...], movers: tuple[boo
         if not moving:
             options.append([pos])
             continue
-        cells = [
-            (pos[0] + dr, pos[1] + dc)
-            for name, (dr, dc) in MOVES.items()
-            if allow_wait or name != "WAIT"
-        ]
+        cells = [(pos[0] + dr, pos[1] + dc) for name, (dr, dc) in MOVES.items() if allow_wait or name != "WAIT"]
         options.append([c for c in cells if grid.is_free(c)])
     for nxt in itertools.product(*options):
         if len(set(nxt)) < len(nxt):

@@ -78,8 +78,11 @@ def test_too_few_free_cells_for_the_agents():
 
 def test_projection_clamps_renormalises_and_notes():
     raw = {
-        "sizes": {"3x3": {"data_ratio": 2, "hole_ratio": 0.9, "wait_ratio": "50%"}, 7: {"data_ratio": 2},
-                  12: {"data_ratio": 1}},
+        "sizes": {
+            "3x3": {"data_ratio": 2, "hole_ratio": 0.9, "wait_ratio": "50%"},
+            7: {"data_ratio": 2},
+            12: {"data_ratio": 1},
+        },
         "num_agents": 2.0,
         "learning_rate": 0.1,
     }
@@ -101,7 +104,7 @@ def test_projection_of_garbage_keeps_the_base():
 
 
 anything = st.recursive(
-    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers(-10**6, 10**6) | st.text(max_size=8),
+    st.none() | st.booleans() | st.floats(allow_nan=True) | st.integers(-(10**6), 10**6) | st.text(max_size=8),
     lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
     max_leaves=10,
 )

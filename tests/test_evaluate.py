@@ -6,8 +6,15 @@ from env.prompt import format_answer, parse_response, render_prompt
 
 # 3x3, hole in the centre; agent 0 goes along the top, agent 1 along the left column.
 INSTANCE = Instance(
-    id="case", size=3, holes=[(1, 1)], starts=[(0, 0), (2, 0)], goals=[(0, 2), (0, 0)],
-    optimal_makespan=2, optimal_sum_of_costs=4, requires_wait=False, seed=0,
+    id="case",
+    size=3,
+    holes=[(1, 1)],
+    starts=[(0, 0), (2, 0)],
+    goals=[(0, 2), (0, 0)],
+    optimal_makespan=2,
+    optimal_sum_of_costs=4,
+    requires_wait=False,
+    seed=0,
     solution=[["RIGHT", "RIGHT"], ["UP", "UP"]],
 )
 

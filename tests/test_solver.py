@@ -40,8 +40,15 @@ def test_optima_match_brute_force(case):
     assert analysis.optimal_sum_of_costs == best_soc
     assert analysis.requires_wait == (best_soc_no_wait is None or best_soc_no_wait > best_soc)
     instance = Instance(
-        id="x", size=size, holes=holes, starts=starts, goals=goals, optimal_makespan=analysis.optimal_makespan,
-        optimal_sum_of_costs=analysis.optimal_sum_of_costs, requires_wait=analysis.requires_wait, seed=0,
+        id="x",
+        size=size,
+        holes=holes,
+        starts=starts,
+        goals=goals,
+        optimal_makespan=analysis.optimal_makespan,
+        optimal_sum_of_costs=analysis.optimal_sum_of_costs,
+        requires_wait=analysis.requires_wait,
+        seed=0,
         solution=analysis.solution,
     )
     verdict = check_plan(instance, analysis.solution)

@@ -1,0 +1,94 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from env.config import default_config, save_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args, check=True):
+    result = subprocess.run(
+        [sys.executable, "-m", "cli.main", *map(str, args)], capture_output=True, text=True, cwd=ROOT
+    )
+    if check:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+def test_generate_render_evaluate_score(tmp_path):
+    config = tmp_path / "cfg.yaml"
+    save_config(default_config(num_instances=16, seed=2), config)
+    cli("generate", "--config", config, "--out", tmp_path / "i.jsonl", "--report", tmp_path / "r.json")
+    instances = [json.loads(line) for line in (tmp_path / "i.jsonl").read_text().splitlines()]
+    assert len(instances) == 16
+    cli("generate", "--config", config, "--out", tmp_path / "again.jsonl", "--workers", "2")
+    assert (tmp_path / "again.jsonl").read_bytes() == (tmp_path / "i.jsonl").read_bytes()
+
+    rows = []
+    for k, inst in enumerate(instances):
+        plan = "\n".join(f"Agent {i}: {', '.join(m)}" for i, m in enumerate(inst["solution"]))
+        rows.append({"id": inst["id"], "response": f"<answer>\n{plan}\n</answer>" if k % 2 else "??"})
+    (tmp_path / "resp.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = cli(
+        "evaluate",
+        "--instances",
+        tmp_path / "i.jsonl",
+        "--responses",
+        tmp_path / "resp.jsonl",
+        "--out",
+        tmp_path / "v.jsonl",
+    )
+    verdicts = [json.loads(line) for line in (tmp_path / "v.jsonl").read_text().splitlines()]
+    assert [v["valid"] for v in verdicts] == [bool(k % 2) for k in range(16)]
+    assert {
+        "id",
+        "valid",
+        "optimal",
+        "soc_optimal",
+        "makespan",
+        "sum_of_costs",
+        "failure",
+        "failure_agent",
+        "failure_step",
+        "reward",
+    } <= set(verdicts[0])
+    assert "parse_error" in out.stdout
+
+    text = cli("render", "--instances", tmp_path / "i.jsonl", "--id", instances[3]["id"], "--solution").stdout
+    assert "letters: their goals" in text
+    cli("render", "--instances", tmp_path / "i.jsonl", "--solution", "--format", "gif", "--out", tmp_path / "x.gif")
+    assert (tmp_path / "x.gif").stat().st_size > 0
+    prompt = cli("render", "--instances", tmp_path / "i.jsonl", "--format", "prompt").stdout
+    assert "<answer>" in prompt
+
+
+def test_benchmark_score_prints_the_table(tmp_path):
+    from env.benchmark import BENCHMARK
+    from env.instance import read_instances
+    from env.prompt import format_answer
+
+    rows = [
+        {"id": i.id, "response": format_answer(i.solution)} for i in read_instances(BENCHMARK.path) if i.num_agents == 3
+    ]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = cli("benchmark", "score", tmp_path / "r.jsonl", "--by-wait", "--out", tmp_path / "t.json")
+    assert "| 3 | 100.00/100.00" in result.stdout and "| 5 | - | - | 0.00/0.00" in result.stdout
+    assert "no response; counted as failures" in result.stderr
+    table = json.loads((tmp_path / "t.json").read_text())
+    assert table["all"]["3"]["sum"] == {"acc": 100.0, "opt": 100.0}
+
+
+def test_bad_inputs_give_clear_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("sizes:\n  3: {data_ratio: 1.0, hole_ratio: 0.7, wait_ratio: 0.5}\n")
+    result = cli("generate", "--config", bad, "--out", tmp_path / "i.jsonl", check=False)
+    assert result.returncode == 2 and "sizes.3.hole_ratio" in result.stderr and "0.6" in result.stderr
+    result = cli("config", "check", bad, check=False)
+    assert result.returncode == 2
+    projected = cli("config", "project", bad).stdout
+    assert "hole_ratio: 0.6" in projected
+    (tmp_path / "r.jsonl").write_text('{"id": 1}\n')
+    result = cli("benchmark", "score", tmp_path / "r.jsonl", check=False)
+    assert result.returncode == 2 and "string 'id'" in result.stderr

@@ -1,0 +1,48 @@
+from env.benchmark import BENCHMARK, VALIDATION, build, checksum, parse_id, score
+from env.evaluate import evaluate
+from env.instance import read_instances
+from env.prompt import format_answer
+
+
+def test_shipped_suites_match_their_checksums_and_spec():
+    for suite in (BENCHMARK, VALIDATION):
+        assert checksum(suite.path) == suite.checksum_path.read_text().split()[0]
+    bench = read_instances(BENCHMARK.path)
+    assert len(bench) == 3150 == len(BENCHMARK.specs())
+    cells = {(i.num_agents, i.size) for i in bench}
+    assert cells == {(a, s) for a in (3, 4, 5) for s in range(max(3, a), 11)}
+    for instance in bench:
+        cell = parse_id(instance.id)
+        assert (cell["agents"], cell["size"]) == (instance.num_agents, instance.size)
+    for wait in (0.25, 0.5, 0.75):
+        subset = [i for i in bench if parse_id(i.id)["wait"] == wait]
+        assert len(subset) == 50 * 21
+        assert sum(i.requires_wait for i in subset) == 21 * int(50 * wait + 0.5)
+    validation = read_instances(VALIDATION.path)
+    assert {i.num_agents for i in validation} == {2, 3, 4, 5}
+    assert not {i.seed for i in validation} & {i.seed for i in bench}
+
+
+def test_rebuilding_cells_is_bit_identical():
+    shipped = {i.id: i.to_json() for i in read_instances(BENCHMARK.path)}
+    cells = [(3, 4, 0.75), (5, 10, 0.5)]
+    rebuilt = build(BENCHMARK, workers=1, cells=cells)
+    assert len(rebuilt) == 100
+    assert all(shipped[i.id] == i.to_json() for i in rebuilt)
+
+
+def test_score_table_matches_hand_count():
+    instances = [i for i in read_instances(VALIDATION.path) if i.num_agents == 2]
+    verdicts = {}
+    for k, inst in enumerate(instances):
+        text = format_answer(inst.solution) if k % 2 == 0 else "no answer"
+        verdicts[inst.id] = evaluate(inst, text)
+    table = score(instances, verdicts)
+    for size, rate in table.acc[2].items():
+        group = [i for i in instances if i.size == size]
+        expected = 100 * sum(verdicts[i.id].valid for i in group) / len(group)
+        assert rate == expected
+    assert abs(table.sum_acc(2) - sum(table.acc[2].values()) / 8) < 1e-9
+    assert "| 2 |" in table.to_markdown()
+    # missing responses count as failures
+    assert score(instances, {}).sum_acc(2) == 0.0
