@@ -22,7 +22,10 @@ from env.solver import SolverError, SolverLimits, analyse
 # Generation uses a smaller budget than the default: a draw that is hard to solve is cheaper to redraw.
 GENERATOR_LIMITS = SolverLimits(max_expansions=100_000, max_nodes=4_000)
 MAX_DRAWS = {True: 400, False: 100}  # per instance, by whether it must need a WAIT
-CROSSING_SHARE = 0.8  # of draws for a WAIT instance that aim two agents at one cell at one time
+# Of the draws for a WAIT instance: the share that puts two agents on straight crossing corridors, and
+# the share (including those) that aims two agents' shortest paths at one cell at one time.
+STRAIGHT_SHARE = 0.4
+CROSSING_SHARE = 0.8
 
 
 class GenerationError(ValueError):
@@ -132,16 +135,36 @@ def _crossing_pair(rng: random.Random, grid: Grid, free: list[Cell], first: tupl
     return (start, rng.choice(goals)) if goals else None
 
 
+def _straight_crossing(rng: random.Random, grid: Grid, tries: int = 8):
+    """Two agents on straight, perpendicular corridors through one cell, reaching it at the same time.
+
+    Straight lines are their only shortest paths, so on an open map one of them must WAIT."""
+    for _ in range(tries):
+        (mr, mc), t = rng.choice(grid.free_cells()), rng.randint(1, grid.size - 1)
+        d0, d1 = rng.choice((-1, 1)), rng.choice((-1, 1))
+        k0, k1 = rng.randint(1, grid.size - 1), rng.randint(1, grid.size - 1)
+        row = [(mr, mc + d0 * j) for j in range(-t, k0 + 1)]
+        col = [(mr + d1 * j, mc) for j in range(-t, k1 + 1)]
+        if all(grid.is_free(c) for c in row + col):
+            return [(row[0], row[-1]), (col[0], col[-1])]
+    return None
+
+
 def _draw(rng: random.Random, spec: InstanceSpec) -> tuple[list[Cell], list[Cell], list[Cell]] | None:
-    """One random layout: holes, starts and goals, every goal reachable from its start."""
+    """One random layout: holes, starts and goals, every goal reachable from its start.
+
+    For a WAIT instance the first two agents are usually aimed at one cell at one time."""
     holes = _sample_holes(rng, spec.size, spec.hole_ratio)
     grid = Grid(spec.size, holes)
     free = grid.free_cells()
     pairs: list[tuple[Cell, Cell]] = []
+    aim = rng.random() if spec.want_wait and spec.num_agents >= 2 else 1.0
+    if aim < STRAIGHT_SHARE:
+        pairs = _straight_crossing(rng, grid) or []
     while len(pairs) < spec.num_agents:
         starts, goals = {p[0] for p in pairs}, {p[1] for p in pairs}
         pair = None
-        if len(pairs) == 1 and spec.want_wait and rng.random() < CROSSING_SHARE:
+        if len(pairs) == 1 and aim < CROSSING_SHARE:
             pair = _crossing_pair(rng, grid, free, pairs[0])
             if pair and (pair[0] in starts or pair[1] in goals):
                 pair = None

@@ -6,7 +6,6 @@ flat indices ``row * size + col``.
 
 from __future__ import annotations
 
-from collections import deque
 from functools import cached_property
 
 Cell = tuple[int, int]
@@ -56,7 +55,11 @@ class Grid:
     def __init__(self, size: int, holes: list[Cell] | set[Cell] | frozenset[Cell]):
         self.size = size
         self.holes = frozenset(tuple(h) for h in holes)
-        self.free = [(r, c) not in self.holes for r in range(size) for c in range(size)]
+        self.free = [True] * (size * size)
+        for r, c in self.holes:
+            if not (0 <= r < size and 0 <= c < size):
+                raise ValueError(f"hole {(r, c)} is outside the {size}x{size} grid")
+            self.free[r * size + c] = False
         self._distances: dict[int, list[int]] = {}
 
     @property
@@ -81,16 +84,22 @@ class Grid:
     @cached_property
     def neighbours(self) -> list[tuple[int, ...]]:
         """For each flat index, the free flat indices one move away (WAIT excluded)."""
+        s, free = self.size, self.free
         result = []
-        s = self.size
         for i in range(s * s):
+            if not free[i]:
+                result.append(())
+                continue
             r, c = divmod(i, s)
             adjacent = []
-            if self.free[i]:
-                for dr, dc in ((-1, 0), (1, 0), (0, -1), (0, 1)):
-                    rr, cc = r + dr, c + dc
-                    if 0 <= rr < s and 0 <= cc < s and self.free[rr * s + cc]:
-                        adjacent.append(rr * s + cc)
+            if r > 0 and free[i - s]:
+                adjacent.append(i - s)
+            if r < s - 1 and free[i + s]:
+                adjacent.append(i + s)
+            if c > 0 and free[i - 1]:
+                adjacent.append(i - 1)
+            if c < s - 1 and free[i + 1]:
+                adjacent.append(i + 1)
             result.append(tuple(adjacent))
         return result
 
@@ -101,16 +110,39 @@ class Grid:
             return cached
         dist = [UNREACHABLE] * self.num_cells
         dist[source] = 0
-        queue = deque([source])
-        neighbours = self.neighbours
-        while queue:
-            v = queue.popleft()
-            for w in neighbours[v]:
-                if dist[w] == UNREACHABLE:
-                    dist[w] = dist[v] + 1
-                    queue.append(w)
+        frontier, depth, neighbours = [source], 0, self.neighbours
+        while frontier:
+            depth += 1
+            next_frontier = []
+            for v in frontier:
+                for w in neighbours[v]:
+                    if dist[w] == UNREACHABLE:
+                        dist[w] = depth
+                        next_frontier.append(w)
+            frontier = next_frontier
         self._distances[source] = dist
         return dist
+
+    def shortest_path(self, source: int, target: int) -> list[int] | None:
+        """One shortest path of flat indices from ``source`` to ``target`` (None if unreachable).
+
+        Breadth-first from the source, stopping at the target: cheaper than a full distance map."""
+        came_from = {source: -1}
+        frontier, neighbours = [source], self.neighbours
+        while frontier and target not in came_from:
+            next_frontier = []
+            for v in frontier:
+                for w in neighbours[v]:
+                    if w not in came_from:
+                        came_from[w] = v
+                        next_frontier.append(w)
+            frontier = next_frontier
+        if target not in came_from:
+            return None
+        path = [target]
+        while came_from[path[-1]] >= 0:
+            path.append(came_from[path[-1]])
+        return path[::-1]
 
     def distance(self, a: Cell, b: Cell) -> int:
         return self.distances_from(self.index(b))[self.index(a)]

@@ -145,15 +145,6 @@ class _AvoidanceTable:
                     self.edge[ekey] = self.edge.get(ekey, 0) + 1
             self.rest[path[-1]] = len(path) - 1
 
-    def count(self, v: int, w: int, t: int) -> int:
-        """Conflicts of moving from ``v`` to ``w`` arriving at time ``t``."""
-        n = self.n
-        hits = self.vertex.get(t * n + w, 0) + self.edge.get((t * n + w) * n + v, 0)
-        rest = self.rest.get(w)
-        if rest is not None and t > rest:
-            hits += 1
-        return hits
-
 
 def _low_level(
     grid: Grid,
@@ -174,13 +165,26 @@ def _low_level(
     f0 = max(heuristic[start], goal_from)
     if cost_bound is not None and f0 > cost_bound:
         return None
-    heap: list[tuple[int, int, int, int, int, int, int]] = [(f0, 0, 0, 0, start, 0, -1)]
+    avoid_vertex, avoid_edge, avoid_rest = (avoid.vertex, avoid.edge, avoid.rest) if avoid else ({}, {}, {})
+    # Heap entries: (f, conflicts, waits, -t, cell, t, parent key). Conflicts with the avoidance table are
+    # counted lazily: a node whose f is above the current one is pushed with conflicts -1 (parent's count
+    # kept in the parent key's entry) and only evaluated if the search ever reaches its f.
+    heap: list[tuple[int, int, int, int, int, int, int, int]] = [(f0, 0, 0, 0, start, 0, -1, 0)]
     parent: dict[int, int] = {}
     expansions = 0
+    pop, push = heapq.heappop, heapq.heappush
     while heap:
-        _, conflicts, waits, _, v, t, parent_key = heapq.heappop(heap)
+        f, conflicts, waits, neg_t, v, t, parent_key, parent_conflicts = pop(heap)
         key = t * n + v
         if key in parent:
+            continue
+        if conflicts < 0:  # evaluate a deferred node now that its f is current
+            u = parent_key % n
+            conflicts = parent_conflicts + avoid_vertex.get(key, 0) + avoid_edge.get((t * n + v) * n + u, 0)
+            rest = avoid_rest.get(v)
+            if rest is not None and t > rest:
+                conflicts += 1
+            push(heap, (f, conflicts, waits, neg_t, v, t, parent_key, 0))
             continue
         parent[key] = parent_key
         expansions += 1
@@ -195,18 +199,26 @@ def _low_level(
             path.reverse()
             return path
         nt = t + 1
+        nt_n = nt * n
+        edge_base = (nt_n + v) * n
         successors = neighbours[v] + (v,) if allow_wait else neighbours[v]
         for w in successors:
-            nkey = nt * n + w
-            if nkey in parent or nkey in vertex or (nt * n + v) * n + w in edge:
+            nkey = nt_n + w
+            if nkey in parent or (vertex and nkey in vertex) or (edge and edge_base + w in edge):
                 continue
-            f = nt + heuristic[w]
-            if f < goal_from:
-                f = goal_from
-            if cost_bound is not None and f > cost_bound:
+            nf = nt + heuristic[w]
+            if nf < goal_from:
+                nf = goal_from
+            if cost_bound is not None and nf > cost_bound:
                 continue
-            extra = avoid.count(v, w, nt) if avoid is not None else 0
-            heapq.heappush(heap, (f, conflicts + extra, waits + (w == v), -nt, w, nt, key))
+            if nf > f:
+                push(heap, (nf, -1, waits + (w == v), -nt, w, nt, key, conflicts))
+                continue
+            extra = avoid_vertex.get(nkey, 0) + avoid_edge.get((nt_n + w) * n + v, 0)
+            rest = avoid_rest.get(w)
+            if rest is not None and nt > rest:
+                extra += 1
+            push(heap, (nf, conflicts + extra, waits + (w == v), -nt, w, nt, key, 0))
     budget.spend(expansions=expansions % 1024)
     return None
 
@@ -310,7 +322,10 @@ class _CBS:
         self.allow_wait = allow_wait
         self.cost_bound = cost_bound
         self.budget = budget
-        self.heuristics = [grid.distances_from(g) for g in goals]
+
+    def heuristic(self, agent: int) -> list[int]:
+        """Exact distances to the agent's goal (breadth-first from the goal; cached by the grid)."""
+        return self.grid.distances_from(self.goals[agent])
 
     def plan(self, agent: int, constraints: AgentConstraints, others: list[list[int]], bound: int | None):
         avoid = _AvoidanceTable(self.grid.num_cells, others) if others else None
@@ -318,7 +333,7 @@ class _CBS:
             self.grid,
             self.starts[agent],
             self.goals[agent],
-            self.heuristics[agent],
+            self.heuristic(agent),
             constraints,
             avoid,
             self.allow_wait,
@@ -337,7 +352,7 @@ class _CBS:
         levels = node.mdds[agent]
         if levels is None:
             levels = _mdd_widths(
-                self.grid, node.paths[agent], self.heuristics[agent], node.constraints[agent], self.allow_wait
+                self.grid, node.paths[agent], self.heuristic(agent), node.constraints[agent], self.allow_wait
             )
             node.mdds[agent] = levels
         return levels
@@ -395,12 +410,23 @@ class _CBS:
 
     def run(self) -> list[list[int]]:
         agents = range(len(self.starts))
-        root = _Node([], [AgentConstraints() for _ in agents], [], [None for _ in agents])
+        # Fast path: independent shortest paths that happen not to conflict are optimal for both objectives.
+        independent = []
         for agent in agents:
-            path = self.plan(agent, root.constraints[agent], root.paths, None)
+            path = self.grid.shortest_path(self.starts[agent], self.goals[agent])
             if path is None:
                 raise Unsolvable(f"agent {agent} cannot reach its goal")
-            root.paths.append(path)
+            independent.append(path)
+        conflicts = _all_conflicts(independent)
+        if not conflicts:
+            if self.cost_bound is not None and sum(len(p) - 1 for p in independent) > self.cost_bound:
+                raise Unsolvable("no solution within the cost bound")
+            return independent
+        # Root: replan the agents in conflict, one by one, preferring paths that avoid the others.
+        root = _Node(independent, [AgentConstraints() for _ in agents], [], [None for _ in agents])
+        for agent in sorted({c[1] for c in conflicts} | {c[2] for c in conflicts}):
+            others = [p for i, p in enumerate(root.paths) if i != agent]
+            root.paths[agent] = self.plan(agent, root.constraints[agent], others, None)
         root.conflicts = _all_conflicts(root.paths)
         if self.cost_bound is not None and root.cost(self.objective)[-1] > self.cost_bound:
             raise Unsolvable("no solution within the cost bound")
@@ -442,7 +468,8 @@ class _CBS:
 
 
 FIRST_SEARCH_NODES = 64
-JOINT_CHECK_MAX_WORK = 400_000
+JOINT_FIRST_WORK = 3_000
+JOINT_MAX_WORK = 400_000
 
 
 def _joint_work(grid: Grid, num_agents: int) -> int:
@@ -454,31 +481,96 @@ def _joint_work(grid: Grid, num_agents: int) -> int:
     return states * 5**num_agents
 
 
-def _jointly_reachable(grid: Grid, starts: list[int], goals: list[int], allow_wait: bool) -> bool:
-    """Breadth-first search over joint positions: can all agents reach their goals together?
+def _joint_search(
+    grid: Grid,
+    starts: list[int],
+    goals: list[int],
+    objective: Objective,
+    allow_wait: bool,
+    cost_bound: int | None,
+    budget: _Budget,
+) -> list[list[int]]:
+    """Exact A* over joint states (positions, which agents have finished): for small joint spaces.
 
-    Without WAIT, agents may still rest once on their goal (after their final arrival)."""
+    An agent on its goal may declare itself finished and then rests there for good; every step costs
+    each unfinished agent 1 (and the makespan 1). The cost is (sum of costs,) or (makespan, sum of
+    costs); the heuristic adds each unfinished agent's distance to its goal. Proves unsolvability by
+    exhausting the (finite) state space."""
+    k = len(starts)
     neighbours = grid.neighbours
-    start, goal = tuple(starts), tuple(goals)
-    seen = {start}
-    frontier = [start]
-    while frontier:
-        next_frontier = []
-        for state in frontier:
-            options = [neighbours[v] + (v,) if allow_wait or v == g else neighbours[v] for v, g in zip(state, goal)]
-            for nxt in itertools.product(*options):
-                if nxt in seen or len(set(nxt)) < len(nxt):
+    dist = [grid.distances_from(g) for g in goals]
+    for i in range(k):
+        if dist[i][starts[i]] >= UNREACHABLE:
+            raise Unsolvable(f"agent {i} cannot reach its goal")
+
+    def heuristic(positions: tuple[int, ...], finished: tuple[bool, ...]) -> tuple[int, ...]:
+        left = [dist[i][positions[i]] for i in range(k) if not finished[i]]
+        return (max(left, default=0), sum(left)) if objective == "makespan" else (sum(left),)
+
+    def finishing(positions: tuple[int, ...], finished: tuple[bool, ...]):
+        """Every choice of which unfinished agents standing on their goals finish now."""
+        can = [i for i in range(k) if not finished[i] and positions[i] == goals[i]]
+        for m in range(len(can) + 1):
+            for chosen in itertools.combinations(can, m):
+                yield tuple(finished[i] or i in chosen for i in range(k))
+
+    def add(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(x + y for x, y in zip(a, b))
+
+    zero = (0, 0) if objective == "makespan" else (0,)
+    best: dict = {}
+    came_from: dict = {}
+    heap: list = []
+    counter = itertools.count()
+    for flags in finishing(tuple(starts), (False,) * k):
+        state = (tuple(starts), flags)
+        best[state] = zero
+        came_from[state] = None
+        heapq.heappush(heap, (add(zero, heuristic(*state)), zero, next(counter), state))
+    while heap:
+        _, g, _, state = heapq.heappop(heap)
+        if g != best[state]:
+            continue
+        positions, finished = state
+        if all(finished):
+            return _joint_paths(state, came_from, k)
+        budget.spend(expansions=1)
+        unfinished = k - sum(finished)
+        step_cost = (1, unfinished) if objective == "makespan" else (unfinished,)
+        new_g = add(g, step_cost)
+        options = [
+            (v,) if finished[i] else (neighbours[v] + (v,) if allow_wait else neighbours[v])
+            for i, v in enumerate(positions)
+        ]
+        for nxt in itertools.product(*options):
+            if len(set(nxt)) < k or any(
+                nxt[a] == positions[b] and nxt[b] == positions[a] for a in range(k) for b in range(a + 1, k)
+            ):
+                continue
+            for flags in finishing(nxt, finished):
+                child = (nxt, flags)
+                f = add(new_g, heuristic(nxt, flags))
+                if cost_bound is not None and f[-1] > cost_bound:
                     continue
-                if any(
-                    nxt[i] == state[j] and nxt[j] == state[i] for i in range(len(nxt)) for j in range(i + 1, len(nxt))
-                ):
-                    continue
-                if nxt == goal:
-                    return True
-                seen.add(nxt)
-                next_frontier.append(nxt)
-        frontier = next_frontier
-    return False
+                if child not in best or new_g < best[child]:
+                    best[child] = new_g
+                    came_from[child] = state
+                    heapq.heappush(heap, (f, new_g, next(counter), child))
+    raise Unsolvable("no solution" + (" within the cost bound" if cost_bound is not None else ""))
+
+
+def _joint_paths(state, came_from: dict, k: int) -> list[list[int]]:
+    """Per-agent paths from a chain of joint states, each cut at the agent's finishing time."""
+    chain = []
+    while state is not None:
+        chain.append(state)
+        state = came_from[state]
+    chain.reverse()
+    paths = []
+    for i in range(k):
+        finish = next(t for t, (_, flags) in enumerate(chain) if flags[i])
+        paths.append([positions[i] for positions, _ in chain[: finish + 1]])
+    return paths
 
 
 def _check_instance(grid: Grid, starts: list[Cell], goals: list[Cell]) -> None:
@@ -490,9 +582,6 @@ def _check_instance(grid: Grid, starts: list[Cell], goals: list[Cell]) -> None:
                 raise Unsolvable(f"agent {i}'s {name} {cell} is off the grid or in a hole")
         if len(set(cells)) != len(cells):
             raise Unsolvable(f"two agents share a {name} cell")
-    for i, (s, g) in enumerate(zip(starts, goals)):
-        if grid.distance(s, g) >= UNREACHABLE:
-            raise Unsolvable(f"agent {i} cannot reach its goal {g} from {s}")
 
 
 def solve(
@@ -506,8 +595,12 @@ def solve(
     cost_bound: int | None = None,
     limits: SolverLimits = SolverLimits(),
     grid: Grid | None = None,
+    method: Literal["auto", "cbs", "joint"] = "auto",
 ) -> Solution:
     """Optimal conflict-free paths for every agent.
+
+    ``method``: ``"cbs"``, ``"joint"`` (A* over joint states; small instances only) or ``"auto"``
+    (joint search where the joint space is tiny or CBS is slow on a small one, CBS otherwise).
 
     ``allow_wait=False`` forbids WAIT before an agent's final arrival. ``cost_bound`` (sum of costs)
     prunes costlier plans; ``Unsolvable`` is raised when none is left. Raises ``BudgetExceeded`` when
@@ -519,22 +612,27 @@ def solve(
     _check_instance(grid, starts, goals)
     flat_starts, flat_goals = [grid.index(s) for s in starts], [grid.index(g) for g in goals]
 
-    def search(search_limits: SolverLimits) -> tuple[list[list[int]], _Budget]:
+    def cbs(search_limits: SolverLimits) -> tuple[list[list[int]], _Budget]:
         budget = _Budget(search_limits)
-        cbs = _CBS(grid, flat_starts, flat_goals, objective, allow_wait, cost_bound, budget)
-        return cbs.run(), budget
+        return _CBS(grid, flat_starts, flat_goals, objective, allow_wait, cost_bound, budget).run(), budget
 
-    # CBS cannot prove that an instance has no solution; where the joint state space is small, a
-    # reachability check settles it once a short first search has not found a plan.
-    if _joint_work(grid, len(starts)) <= JOINT_CHECK_MAX_WORK and limits.max_nodes > FIRST_SEARCH_NODES:
+    def joint() -> tuple[list[list[int]], _Budget]:
+        budget = _Budget(limits)
+        return _joint_search(grid, flat_starts, flat_goals, objective, allow_wait, cost_bound, budget), budget
+
+    # CBS cannot prove that an instance has no solution and is slow on a few crowded ones; where the
+    # joint state space is tiny the joint search runs instead, and where it is small it takes over
+    # once a short first CBS has not found a plan.
+    work = _joint_work(grid, len(starts))
+    if method == "joint" or (method == "auto" and work <= JOINT_FIRST_WORK):
+        flat_paths, budget = joint()
+    elif method == "auto" and work <= JOINT_MAX_WORK and limits.max_nodes > FIRST_SEARCH_NODES:
         try:
-            flat_paths, budget = search(replace(limits, max_nodes=FIRST_SEARCH_NODES))
+            flat_paths, budget = cbs(replace(limits, max_nodes=FIRST_SEARCH_NODES))
         except BudgetExceeded:
-            if not _jointly_reachable(grid, flat_starts, flat_goals, allow_wait):
-                raise Unsolvable("the goal configuration is unreachable from the starts") from None
-            flat_paths, budget = search(limits)
+            flat_paths, budget = joint()
     else:
-        flat_paths, budget = search(limits)
+        flat_paths, budget = cbs(limits)
     paths = [[grid.cell(v) for v in p] for p in flat_paths]
     return Solution(paths, nodes=budget.nodes, expansions=budget.expansions)
 

@@ -55,6 +55,35 @@ def test_optima_match_brute_force(case):
     assert verdict.valid and verdict.makespan == best_makespan
 
 
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_instances())
+def test_cbs_and_joint_search_each_match_brute_force(case):
+    """Both exact searches, run on their own, agree with the brute force on every objective."""
+    size, holes, starts, goals = case
+    best = {
+        ("sum_of_costs", True): min_sum_of_costs(size, holes, starts, goals, horizon=16),
+        ("sum_of_costs", False): min_sum_of_costs(size, holes, starts, goals, allow_wait=False, horizon=16),
+        ("makespan", True): min_makespan(size, holes, starts, goals, horizon=16),
+    }
+    limits = SolverLimits(max_expansions=30_000, max_nodes=1_000)
+    for method in ("cbs", "joint"):
+        for (objective, allow_wait), expected in best.items():
+            try:
+                found = solve(
+                    size, holes, starts, goals, objective, allow_wait=allow_wait, limits=limits, method=method
+                )
+            except Unsolvable:
+                assert expected is None
+                continue
+            except BudgetExceeded:
+                assert method == "cbs"  # CBS cannot prove unsolvability; it must not answer wrongly either
+                continue
+            value = found.makespan if objective == "makespan" else found.sum_of_costs
+            assert value == expected, (method, objective, allow_wait)
+            if not allow_wait:
+                assert not found.has_wait
+
+
 def test_swap_in_a_corridor_is_unsolvable():
     holes = [(1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
     with pytest.raises(Unsolvable):
@@ -90,9 +119,14 @@ def test_makespan_objective_can_cost_more_in_total():
 
 def test_budget_is_reported_not_guessed():
     holes = [(0, 0), (0, 2), (2, 0), (2, 2)]
-    for limits in (SolverLimits(max_nodes=0), SolverLimits(max_expansions=0)):
+    runs = [
+        ("cbs", SolverLimits(max_nodes=0)),
+        ("cbs", SolverLimits(max_expansions=0)),
+        ("joint", SolverLimits(max_expansions=0)),
+    ]
+    for method, limits in runs:
         with pytest.raises(BudgetExceeded):
-            solve(3, holes, [(1, 0), (0, 1)], [(1, 2), (2, 1)], limits=limits)
+            solve(3, holes, [(1, 0), (0, 1)], [(1, 2), (2, 1)], limits=limits, method=method)
 
 
 def test_bad_instances_get_clear_errors():
