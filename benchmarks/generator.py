@@ -64,7 +64,8 @@ def main() -> int:
                 print(f"{name}: {len(suite.specs())} instances, identical to the shipped file: {same}")
             seconds = time.perf_counter() - start
         print(
-            f"whole suite built in {seconds:.0f} s with {args.workers} workers ({seconds / 180:.2f} of the 3-minute target)"
+            f"whole suite built in {seconds:.0f} s with {args.workers} workers "
+            f"({seconds / 180:.2f} of the 3-minute target)"
         )
     return 0
 
