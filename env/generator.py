@@ -196,18 +196,7 @@ def make_instance(spec: InstanceSpec, limits: SolverLimits = GENERATOR_LIMITS) -
         except SolverError:
             result.unsolved += 1
             continue
-        instance = Instance(
-            id=spec.id,
-            size=spec.size,
-            holes=holes,
-            starts=starts,
-            goals=goals,
-            optimal_makespan=analysis.optimal_makespan,
-            optimal_sum_of_costs=analysis.optimal_sum_of_costs,
-            requires_wait=analysis.requires_wait,
-            seed=spec.seed,
-            solution=analysis.solution,
-        )
+        instance = analysis.to_instance(spec.id, spec.size, holes, starts, goals, spec.seed)
         if analysis.requires_wait == spec.want_wait:
             result.instance = instance
             return result

@@ -13,9 +13,10 @@ from pathlib import Path
 import gymnasium
 from gymnasium import spaces
 
+from env.benchmark import VALIDATION
 from env.evaluate import RewardConfig, evaluate
 from env.instance import Instance, read_instances
-from env.prompt import parse_response
+from env.prompt import parse_response, render_prompt
 from env.render import ansi
 
 ENV_ID = "envengineer/MAPFFrozenLake-v0"
@@ -38,8 +39,6 @@ class MAPFFrozenLakeTextEnv(gymnasium.Env):
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
         if instances is None:
-            from env.benchmark import VALIDATION
-
             instances = VALIDATION.path
         self.instances = read_instances(instances) if isinstance(instances, (str, Path)) else list(instances)
         if not self.instances:
@@ -54,8 +53,6 @@ class MAPFFrozenLakeTextEnv(gymnasium.Env):
         self.last_plan: list[list[str]] | None = None
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        from env.prompt import render_prompt
-
         super().reset(seed=seed)
         options = options or {}
         if "instance_id" in options:

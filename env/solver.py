@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from env.grid import UNREACHABLE, Cell, Grid, path_to_moves
+from env.instance import Instance
 
 Objective = Literal["makespan", "sum_of_costs"]
 
@@ -90,6 +91,23 @@ class Analysis:
     optimal_sum_of_costs: int
     requires_wait: bool
     solution: list[list[str]]
+
+    def to_instance(
+        self, id: str, size: int, holes: list[Cell], starts: list[Cell], goals: list[Cell], seed: int
+    ) -> Instance:
+        """The instance record of a layout with this analysis."""
+        return Instance(
+            id=id,
+            size=size,
+            holes=holes,
+            starts=starts,
+            goals=goals,
+            optimal_makespan=self.optimal_makespan,
+            optimal_sum_of_costs=self.optimal_sum_of_costs,
+            requires_wait=self.requires_wait,
+            seed=seed,
+            solution=self.solution,
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -304,23 +322,26 @@ def _num_conflicting_pairs(conflicts: list[tuple[int, int, int, int, int]]) -> i
     return len({(c[1], c[2]) for c in conflicts})
 
 
+@dataclass(frozen=True)
+class _Query:
+    """One search problem on flat cell indices."""
+
+    grid: Grid
+    starts: list[int]
+    goals: list[int]
+    objective: Objective
+    allow_wait: bool
+    cost_bound: int | None
+
+
 class _CBS:
-    def __init__(
-        self,
-        grid: Grid,
-        starts: list[int],
-        goals: list[int],
-        objective: Objective,
-        allow_wait: bool,
-        cost_bound: int | None,
-        budget: _Budget,
-    ):
-        self.grid = grid
-        self.starts = starts
-        self.goals = goals
-        self.objective = objective
-        self.allow_wait = allow_wait
-        self.cost_bound = cost_bound
+    def __init__(self, query: _Query, budget: _Budget):
+        self.grid = query.grid
+        self.starts = query.starts
+        self.goals = query.goals
+        self.objective = query.objective
+        self.allow_wait = query.allow_wait
+        self.cost_bound = query.cost_bound
         self.budget = budget
 
     def heuristic(self, agent: int) -> list[int]:
@@ -481,21 +502,15 @@ def _joint_work(grid: Grid, num_agents: int) -> int:
     return states * 5**num_agents
 
 
-def _joint_search(
-    grid: Grid,
-    starts: list[int],
-    goals: list[int],
-    objective: Objective,
-    allow_wait: bool,
-    cost_bound: int | None,
-    budget: _Budget,
-) -> list[list[int]]:
+def _joint_search(query: _Query, budget: _Budget) -> list[list[int]]:
     """Exact A* over joint states (positions, which agents have finished): for small joint spaces.
 
     An agent on its goal may declare itself finished and then rests there for good; every step costs
     each unfinished agent 1 (and the makespan 1). The cost is (sum of costs,) or (makespan, sum of
     costs); the heuristic adds each unfinished agent's distance to its goal. Proves unsolvability by
     exhausting the (finite) state space."""
+    grid, starts, goals, objective = query.grid, query.starts, query.goals, query.objective
+    allow_wait, cost_bound = query.allow_wait, query.cost_bound
     k = len(starts)
     neighbours = grid.neighbours
     dist = [grid.distances_from(g) for g in goals]
@@ -612,13 +627,15 @@ def solve(
     _check_instance(grid, starts, goals)
     flat_starts, flat_goals = [grid.index(s) for s in starts], [grid.index(g) for g in goals]
 
+    query = _Query(grid, flat_starts, flat_goals, objective, allow_wait, cost_bound)
+
     def cbs(search_limits: SolverLimits) -> tuple[list[list[int]], _Budget]:
         budget = _Budget(search_limits)
-        return _CBS(grid, flat_starts, flat_goals, objective, allow_wait, cost_bound, budget).run(), budget
+        return _CBS(query, budget).run(), budget
 
     def joint() -> tuple[list[list[int]], _Budget]:
         budget = _Budget(limits)
-        return _joint_search(grid, flat_starts, flat_goals, objective, allow_wait, cost_bound, budget), budget
+        return _joint_search(query, budget), budget
 
     # CBS cannot prove that an instance has no solution and is slow on a few crowded ones; where the
     # joint state space is tiny the joint search runs instead, and where it is small it takes over

@@ -4,7 +4,6 @@ from hypothesis import strategies as st
 
 from env.evaluate import check_plan
 from env.grid import Grid
-from env.instance import Instance
 from env.solver import BudgetExceeded, SolverLimits, Unsolvable, analyse, solve
 from tests.brute_force import min_makespan, min_sum_of_costs
 
@@ -39,18 +38,7 @@ def test_optima_match_brute_force(case):
     assert analysis.optimal_makespan == best_makespan
     assert analysis.optimal_sum_of_costs == best_soc
     assert analysis.requires_wait == (best_soc_no_wait is None or best_soc_no_wait > best_soc)
-    instance = Instance(
-        id="x",
-        size=size,
-        holes=holes,
-        starts=starts,
-        goals=goals,
-        optimal_makespan=analysis.optimal_makespan,
-        optimal_sum_of_costs=analysis.optimal_sum_of_costs,
-        requires_wait=analysis.requires_wait,
-        seed=0,
-        solution=analysis.solution,
-    )
+    instance = analysis.to_instance("x", size, holes, starts, goals, seed=0)
     verdict = check_plan(instance, analysis.solution)
     assert verdict.valid and verdict.makespan == best_makespan
 

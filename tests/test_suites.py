@@ -46,3 +46,13 @@ def test_score_table_matches_hand_count():
     assert "| 2 |" in table.to_markdown()
     # missing responses count as failures
     assert score(instances, {}).sum_acc(2) == 0.0
+
+
+def test_every_shipped_instance_round_trips_valid_and_optimal():
+    """solver plan -> answer text -> parse -> evaluate is valid and optimal for every suite instance."""
+    for suite in (BENCHMARK, VALIDATION):
+        for instance in read_instances(suite.path):
+            verdict = evaluate(instance, format_answer(instance.solution))
+            assert verdict.valid and verdict.optimal, (instance.id, verdict.failure, verdict.detail)
+            assert verdict.makespan == instance.optimal_makespan
+            assert verdict.sum_of_costs >= instance.optimal_sum_of_costs
