@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 import yaml
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import track
 from rich.table import Table
@@ -44,6 +45,13 @@ def _load_config(path: Path):
         return load_config(path)
     except (OSError, ConfigError) as error:
         raise fail(str(error)) from None
+
+
+def _load_reward(path: Path) -> RewardConfig:
+    try:
+        return RewardConfig.model_validate(yaml.safe_load(path.read_text()) or {})
+    except (OSError, yaml.YAMLError, ValidationError) as error:
+        raise fail(f"{path}: not a valid reward config: {error}") from None
 
 
 def _read_responses(path: Path) -> dict[str, str]:
@@ -152,7 +160,7 @@ def evaluate_cmd(
     unknown = [i for i in answers if i not in pool]
     if unknown:
         raise fail(f"{len(unknown)} responses name unknown instance ids, e.g. {unknown[:3]}")
-    reward_config = RewardConfig.model_validate(yaml.safe_load(reward.read_text())) if reward else RewardConfig()
+    reward_config = _load_reward(reward) if reward else RewardConfig()
     verdicts = [evaluate(pool[i], text, reward_config) for i, text in answers.items()]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(v.to_dict()) + "\n" for v in verdicts))

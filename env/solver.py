@@ -7,7 +7,10 @@ An agent's cost is the time of its final arrival at its goal; the makespan is th
 sum of costs the total.
 
 ``solve`` runs CBS (Sharon et al. 2015) with prioritised conflicts from MDDs, bypassing and
-conflict-avoidance tie-breaking in the low level (ICBS, Boyarski et al. 2015). Two objectives:
+conflict-avoidance tie-breaking in the low level (ICBS, Boyarski et al. 2015), after a fast path that
+returns independent shortest paths when they do not conflict. CBS cannot prove that an instance has no
+solution and is slow on a few crowded ones, so where the joint state space is small an exact A* over
+joint states (positions and which agents have finished) takes over. Two objectives:
 
 * ``"sum_of_costs"``: minimum sum of costs;
 * ``"makespan"``: minimum makespan, and among those the minimum sum of costs (lexicographic). CBS stays
