@@ -6,7 +6,7 @@ flat indices ``row * size + col``.
 
 from __future__ import annotations
 
-from functools import cached_property
+from functools import cache, cached_property
 
 Cell = tuple[int, int]
 
@@ -49,6 +49,25 @@ def moves_to_path(start: Cell, moves: list[str]) -> list[Cell]:
     return path
 
 
+@cache
+def _open_neighbours(size: int) -> tuple[tuple[int, ...], ...]:
+    """Neighbours (UP, DOWN, LEFT, RIGHT order) of every flat index on a map without holes."""
+    table = []
+    for i in range(size * size):
+        r, c = divmod(i, size)
+        adjacent = []
+        if r > 0:
+            adjacent.append(i - size)
+        if r < size - 1:
+            adjacent.append(i + size)
+        if c > 0:
+            adjacent.append(i - 1)
+        if c < size - 1:
+            adjacent.append(i + 1)
+        table.append(tuple(adjacent))
+    return tuple(table)
+
+
 class Grid:
     """A square map with holes: bounds, passability, neighbours and shortest distances."""
 
@@ -83,25 +102,20 @@ class Grid:
 
     @cached_property
     def neighbours(self) -> list[tuple[int, ...]]:
-        """For each flat index, the free flat indices one move away (WAIT excluded)."""
-        s, free = self.size, self.free
-        result = []
-        for i in range(s * s):
-            if not free[i]:
-                result.append(())
-                continue
-            r, c = divmod(i, s)
-            adjacent = []
-            if r > 0 and free[i - s]:
-                adjacent.append(i - s)
-            if r < s - 1 and free[i + s]:
-                adjacent.append(i + s)
-            if c > 0 and free[i - 1]:
-                adjacent.append(i - 1)
-            if c < s - 1 and free[i + 1]:
-                adjacent.append(i + 1)
-            result.append(tuple(adjacent))
-        return result
+        """For each flat index, the free flat indices one move away (WAIT excluded); none for a hole.
+
+        Starts from the hole-free table of this size and patches only the cells next to holes."""
+        table = list(_open_neighbours(self.size))
+        free = self.free
+        blocked = [i for i, ok in enumerate(free) if not ok]
+        touched = set()
+        for b in blocked:
+            touched.update(table[b])
+            table[b] = ()
+        for v in touched:
+            if free[v]:
+                table[v] = tuple([w for w in table[v] if free[w]])
+        return table
 
     def distances_from(self, source: int) -> list[int]:
         """Breadth-first distances (in moves) from flat index ``source``; cached per source."""
@@ -127,17 +141,19 @@ class Grid:
         """One shortest path of flat indices from ``source`` to ``target`` (None if unreachable).
 
         Breadth-first from the source, stopping at the target: cheaper than a full distance map."""
-        came_from = {source: -1}
+        unseen = -2
+        came_from = [unseen] * self.num_cells
+        came_from[source] = -1
         frontier, neighbours = [source], self.neighbours
-        while frontier and target not in came_from:
+        while frontier and came_from[target] == unseen:
             next_frontier = []
             for v in frontier:
                 for w in neighbours[v]:
-                    if w not in came_from:
+                    if came_from[w] == unseen:
                         came_from[w] = v
                         next_frontier.append(w)
             frontier = next_frontier
-        if target not in came_from:
+        if came_from[target] == unseen:
             return None
         path = [target]
         while came_from[path[-1]] >= 0:
