@@ -117,43 +117,39 @@ class Grid:
                 table[v] = tuple([w for w in table[v] if free[w]])
         return table
 
+    def _breadth_first(self, source: int, target: int | None = None) -> tuple[list[int], list[int]]:
+        """Breadth-first search from ``source``: the parent of every reached cell (-1 for the source, -2
+        if not reached) and the cells in the order reached. Stops once ``target`` is reached."""
+        came_from = [-2] * self.num_cells
+        came_from[source] = -1
+        order, neighbours = [source], self.neighbours
+        for v in order:
+            if target is not None and came_from[target] != -2:
+                break
+            for w in neighbours[v]:
+                if came_from[w] == -2:
+                    came_from[w] = v
+                    order.append(w)
+        return came_from, order
+
     def distances_from(self, source: int) -> list[int]:
         """Breadth-first distances (in moves) from flat index ``source``; cached per source."""
-        cached = self._distances.get(source)
-        if cached is not None:
-            return cached
-        dist = [UNREACHABLE] * self.num_cells
-        dist[source] = 0
-        frontier, depth, neighbours = [source], 0, self.neighbours
-        while frontier:
-            depth += 1
-            next_frontier = []
-            for v in frontier:
-                for w in neighbours[v]:
-                    if dist[w] == UNREACHABLE:
-                        dist[w] = depth
-                        next_frontier.append(w)
-            frontier = next_frontier
-        self._distances[source] = dist
+        dist = self._distances.get(source)
+        if dist is None:
+            came_from, order = self._breadth_first(source)
+            dist = [UNREACHABLE] * self.num_cells
+            dist[source] = 0
+            for v in order[1:]:
+                dist[v] = dist[came_from[v]] + 1
+            self._distances[source] = dist
         return dist
 
     def shortest_path(self, source: int, target: int) -> list[int] | None:
         """One shortest path of flat indices from ``source`` to ``target`` (None if unreachable).
 
-        Breadth-first from the source, stopping at the target: cheaper than a full distance map."""
-        unseen = -2
-        came_from = [unseen] * self.num_cells
-        came_from[source] = -1
-        frontier, neighbours = [source], self.neighbours
-        while frontier and came_from[target] == unseen:
-            next_frontier = []
-            for v in frontier:
-                for w in neighbours[v]:
-                    if came_from[w] == unseen:
-                        came_from[w] = v
-                        next_frontier.append(w)
-            frontier = next_frontier
-        if came_from[target] == unseen:
+        Stops the search at the target: cheaper than a full distance map."""
+        came_from, _ = self._breadth_first(source, target)
+        if came_from[target] == -2:
             return None
         path = [target]
         while came_from[path[-1]] >= 0:
