@@ -128,6 +128,37 @@ def count_with_ratio(total: int, ratio: float) -> int:
     return int(total * ratio + 0.5)
 
 
+def proposal_schema() -> dict[str, Any]:
+    """JSON schema of a configuration written by an LLM: sizes as fixed keys "3".."10" (each optional),
+    bounded numbers, no other fields. Decoding under it keeps answers short and parseable; ``project``
+    still makes the result legal (ratios summing to 1, enough free cells)."""
+
+    def number(name: str, integer: bool = False) -> dict[str, Any]:
+        low, high = RANGES[name]
+        return {"type": "integer" if integer else "number", "minimum": low, "maximum": high}
+
+    knobs = {
+        "type": "object",
+        "properties": {name: number(name) for name in SizeConfig.model_fields},
+        "required": list(SizeConfig.model_fields),
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "sizes": {
+                "type": "object",
+                "properties": {str(size): knobs for size in SIZES},
+                "additionalProperties": False,
+            },
+            "num_agents": number("num_agents", integer=True),
+            "num_instances": number("num_instances", integer=True),
+        },
+        "required": ["sizes"],
+        "additionalProperties": False,
+    }
+
+
 def _format_errors(error: ValidationError) -> str:
     lines = []
     for item in error.errors():

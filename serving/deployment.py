@@ -37,6 +37,7 @@ from serving.openai_api import (
 from serving.settings import SamplingConfig, ServingConfig
 
 log = logging.getLogger(__name__)
+NAMESPACE = "envengineer"  # of the named weight registries
 api = FastAPI(title="envengineer policy")
 
 
@@ -111,7 +112,7 @@ class PolicyDeployment:
     def __init__(self, config: dict[str, Any], registry_name: str | None = None):
         self.config = ServingConfig(**config)
         self.engine = PolicyEngine(self.config)
-        self.registry = ray.get_actor(registry_name) if registry_name else None
+        self.registry = ray.get_actor(registry_name, namespace=NAMESPACE) if registry_name else None
         self.replica_id = serve.get_replica_context().replica_tag if registry_name else ""
         self._follower: asyncio.Task | None = None
         self._synced = asyncio.Event()
@@ -241,7 +242,7 @@ def deploy(config: ServingConfig, name: str = "policy", route_prefix: str = "/",
         registry_name = f"{name}-weights"
         _kill_registry(registry_name)
         # detached: it lives as long as the Serve application (``undeploy`` ends both), not the caller
-        registry = WeightRegistry.options(name=registry_name, lifetime="detached").remote()
+        registry = WeightRegistry.options(name=registry_name, namespace=NAMESPACE, lifetime="detached").remote()
     env_vars = {} if cuda_available() else config.cpu_environment()
     app = PolicyDeployment.options(
         name=name,
@@ -258,7 +259,7 @@ def deploy(config: ServingConfig, name: str = "policy", route_prefix: str = "/",
 
 def _kill_registry(registry_name: str) -> None:
     try:
-        ray.kill(ray.get_actor(registry_name))
+        ray.kill(ray.get_actor(registry_name, namespace=NAMESPACE))
     except ValueError:
         pass
 

@@ -98,7 +98,11 @@ class PolicyEngine:
             ignore_eos=sampling.ignore_eos,
             logprobs=0,
             output_kind=RequestOutputKind.FINAL_ONLY,
-            structured_outputs=StructuredOutputsParams(json=json_schema) if json_schema is not None else None,
+            structured_outputs=(
+                StructuredOutputsParams(json=json_schema, disable_any_whitespace=True)
+                if json_schema is not None
+                else None
+            ),
         )
 
     async def _generate_one(self, prompt: str | list[int], params, version: int) -> dict[str, Any]:

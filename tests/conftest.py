@@ -1,7 +1,14 @@
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from env.config import default_config
 from env.generator import generate
+from tests.cluster import use_token_auth
+
+# Ray reads its auth settings when first imported: the tests' clusters use a fresh token of their own.
+use_token_auth(Path(tempfile.mkdtemp(prefix="envengineer-ray-")))
 
 
 @pytest.fixture(scope="session")
@@ -10,3 +17,46 @@ def small_instances():
     two, _ = generate(default_config(num_agents=2, num_instances=48, seed=11), "t2")
     three, _ = generate(default_config(num_agents=3, num_instances=24, seed=12), "t3")
     return two + three
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """The default tiny policy, built once per test session."""
+    from serving.model import init_model
+
+    return str(init_model(tmp_path_factory.mktemp("models") / "tiny"))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real local Ray head (own session, ended by its id, token auth) with this process connected to it."""
+    import ray
+
+    from tests.cluster import end_session, start_ray_head
+
+    process, address = start_ray_head(num_cpus=4)
+    try:
+        ray.init(address=address)
+        yield address
+    finally:
+        ray.shutdown()
+        end_session(process)
+
+
+@pytest.fixture(scope="session")
+def serve_port(ray_cluster):
+    from serving.deployment import start_serve
+    from tests.cluster import free_port
+
+    port = free_port()
+    start_serve("127.0.0.1", port)
+    return port
+
+
+@pytest.fixture(scope="session")
+def policy(serve_port, tiny_model):
+    """The tiny policy on a real vLLM-CPU engine in a Ray Serve replica, shared by the session."""
+    from serving.deployment import deploy
+    from serving.settings import ServingConfig
+
+    return deploy(ServingConfig(model=tiny_model, served_name="fixture"), name="fixture", route_prefix="/fixture")

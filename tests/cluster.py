@@ -1,0 +1,82 @@
+"""Helpers for tests that need a real Ray cluster or server: each runs in its own session (process group
+leader) and is ended by that session's id, so no other Ray on the host is touched."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def session_pids(sid: int) -> list[int]:
+    """Processes whose session id is ``sid``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.getsid(int(entry.name)) == sid:
+                    pids.append(int(entry.name))
+            except (ProcessLookupError, PermissionError):
+                continue
+    return pids
+
+
+def end_session(process: subprocess.Popen, grace_s: float = 20.0) -> None:
+    """Ask the session leader to stop, then kill whatever is left of its session."""
+    sid = process.pid
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+    for pid in session_pids(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if process.poll() is None:
+        process.wait(10)
+
+
+def use_token_auth(folder: Path) -> None:
+    """Token authentication with a fresh token for every Ray process this one starts or connects to."""
+    token = folder / "ray_auth_token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
+
+
+def start_ray_head(num_cpus: int = 4) -> tuple[subprocess.Popen, str]:
+    """``ray start --head --block`` on loopback in a new session; returns (process, address)."""
+    port = free_port()
+    command = [
+        str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", f"--num-cpus={num_cpus}",
+        "--dashboard-host=127.0.0.1", "--include-dashboard=false",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    address = f"127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        probe = subprocess.run([str(BIN / "ray"), "status", f"--address={address}"], capture_output=True, text=True)
+        if probe.returncode == 0:
+            return process, address
+        if process.poll() is not None:
+            raise RuntimeError("ray start exited early")
+        time.sleep(2)
+    end_session(process)
+    raise TimeoutError("the Ray head did not come up within 120 s")
