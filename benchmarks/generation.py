@@ -107,7 +107,7 @@ def main() -> int:
     peak = matmul_peak_gflops(torch_dtype)
     print(f"matmul peak ({args.dtype}, {torch.get_num_threads()} threads): {peak:.1f} GFLOP/s")
     sampling = SamplingConfig(temperature=1.0, max_tokens=NEW_TOKENS, ignore_eos=True, seed=0)
-    ray.init(include_dashboard=False)
+    ray.init(address="local", include_dashboard=False)  # a new local cluster, never a stale one
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for name in args.models:

@@ -82,7 +82,7 @@ def serve(
     if external:
         ray.init()
     else:
-        ray.init(dashboard_host="127.0.0.1", include_dashboard=False)
+        ray.init(address="local", dashboard_host="127.0.0.1", include_dashboard=False)
     start_serve(host, port)
     console.print(f"starting {replicas} replica(s) of {model} ...")
     policy = deploy(config, name=name)

@@ -109,40 +109,32 @@ def _error(error: Exception) -> JSONResponse:
 @serve.deployment(max_ongoing_requests=256)
 @serve.ingress(api)
 class PolicyDeployment:
-    def __init__(self, config: dict[str, Any], registry_name: str | None = None):
+    async def __init__(self, config: dict[str, Any], registry_name: str | None = None):
         self.config = ServingConfig(**config)
         self.engine = PolicyEngine(self.config)
         self.registry = ray.get_actor(registry_name, namespace=NAMESPACE) if registry_name else None
-        self.replica_id = serve.get_replica_context().replica_tag if registry_name else ""
         self._follower: asyncio.Task | None = None
-        self._synced = asyncio.Event()
-        if self.registry is None:
-            self._synced.set()
-
-    async def _ready(self) -> None:
-        """Start following the registry (once) and wait until the latest published weights are loaded."""
-        if self.registry is not None and self._follower is None:
+        if self.registry is not None:
+            self.replica_id = serve.get_replica_context().replica_tag
+            await self._sync(wait_s=0.0)  # the latest published weights, before serving anything
             self._follower = asyncio.get_running_loop().create_task(self._follow())
-        await self._synced.wait()
+
+    async def _sync(self, wait_s: float) -> None:
+        """Load the registry's newest weights if newer than ours (waiting up to ``wait_s``), and say so."""
+        update = await self.registry.newer_than.remote(self.engine.version, wait_s)
+        if update is not None:
+            version, (weights_ref,) = update
+            await self.engine.update_weights(await weights_ref, version)
+        await self.registry.acknowledge.remote(self.replica_id, self.engine.version)
 
     async def _follow(self) -> None:
         while True:
             try:
-                wait_s = 30.0 if self._synced.is_set() else 0.0
-                update = await self.registry.newer_than.remote(self.engine.version, wait_s)
-                if update is not None:
-                    version, (weights_ref,) = update
-                    arrays = await weights_ref
-                    await self.engine.update_weights(arrays, version)
-                    await self.registry.acknowledge.remote(self.replica_id, version)
-                else:
-                    await self.registry.acknowledge.remote(self.replica_id, self.engine.version)
-                self._synced.set()
+                await self._sync(wait_s=30.0)
             except asyncio.CancelledError:
                 raise
             except Exception:  # keep serving and following; the learner's wait_loaded times out if this persists
                 log.exception("weight update failed")
-                self._synced.set()
                 await asyncio.sleep(1.0)
 
     # ------------------------------------------------------------------------------------------
@@ -151,18 +143,15 @@ class PolicyDeployment:
     async def generate(
         self, prompts: list[str] | list[list[int]], sampling: dict | None = None, json_schema: dict | None = None
     ) -> list[dict]:
-        await self._ready()
         return await self.engine.generate(prompts, SamplingConfig(**(sampling or {})), json_schema)
 
     async def generate_chat(
         self, conversations: list[list[dict[str, str]]], sampling: dict | None = None, json_schema: dict | None = None
     ) -> list[dict]:
-        await self._ready()
         prompts = [self.engine.chat_prompt(messages) for messages in conversations]
         return await self.engine.generate(prompts, SamplingConfig(**(sampling or {})), json_schema)
 
     async def weight_version(self) -> int:
-        await self._ready()
         return self.engine.version
 
     async def tokenizer_path(self) -> str:
@@ -187,7 +176,6 @@ class PolicyDeployment:
             body = CompletionRequest.model_validate(await request.json())
             self._check_model(body.model)
             prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
-            await self._ready()
             results = await self.engine.generate(prompts, body.sampling())
             return completion_response(self.config.served_name, results)
         except Exception as error:  # every failure becomes an OpenAI-shaped error; the replica keeps serving
@@ -200,7 +188,6 @@ class PolicyDeployment:
             self._check_model(body.model)
             schema = body.response_format.schema_or_none() if body.response_format else None
             prompt = self.engine.chat_prompt([m.model_dump() for m in body.messages])
-            await self._ready()
             (result,) = await self.engine.generate([prompt], body.sampling(), schema)
             return chat_response(self.config.served_name, result)
         except Exception as error:

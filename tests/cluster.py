@@ -61,12 +61,13 @@ def use_token_auth(folder: Path) -> None:
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
 
 
-def start_ray_head(num_cpus: int = 4) -> tuple[subprocess.Popen, str]:
-    """``ray start --head --block`` on loopback in a new session; returns (process, address)."""
+def start_ray_head(temp_dir: Path, num_cpus: int = 4) -> tuple[subprocess.Popen, str]:
+    """``ray start --head --block`` in a new session with its own temp folder (so the host's default
+    ``/tmp/ray`` keeps no pointer to it); returns (process, address)."""
     port = free_port()
     command = [
         str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", f"--num-cpus={num_cpus}",
-        "--dashboard-host=127.0.0.1", "--include-dashboard=false",
+        f"--temp-dir={temp_dir}", "--dashboard-host=127.0.0.1", "--include-dashboard=false",
     ]  # fmt: skip
     process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     address = f"127.0.0.1:{port}"

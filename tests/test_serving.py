@@ -81,7 +81,9 @@ def test_greedy_equals_transformers_before_and_after_a_weight_update(policy, tin
     assert expected != [r["samples"][0]["token_ids"] for r in before]
 
 
-def test_sampling_returns_groups_with_logprobs_and_is_seeded(policy):
+def test_sampling_returns_groups_with_logprobs_and_is_seeded(policy, tiny_model):
+    from transformers import AutoTokenizer
+
     sampling = SamplingConfig(n=4, temperature=1.0, max_tokens=16, seed=7, ignore_eos=True)
     first = policy.generate(["<|bos|>Agent 0:"], sampling)[0]
     again = policy.generate(["<|bos|>Agent 0:"], sampling)[0]
@@ -90,6 +92,10 @@ def test_sampling_returns_groups_with_logprobs_and_is_seeded(policy):
         assert len(sample["token_ids"]) == len(sample["logprobs"]) == 16
         assert all(np.isfinite(sample["logprobs"])) and all(lp <= 0 for lp in sample["logprobs"])
     assert [s["token_ids"] for s in first["samples"]] == [s["token_ids"] for s in again["samples"]]
+    # many long seeded prompts at once (a batch bigger than one prefill step) keep the engine alive
+    prompts = chat_prompts(AutoTokenizer.from_pretrained(tiny_model), count=5) * 8
+    results = policy.generate(prompts, SamplingConfig(n=2, temperature=1.0, max_tokens=32, seed=1))
+    assert len(results) == 40 and all(len(r["samples"]) == 2 for r in results)
 
 
 def test_structured_generation_is_schema_valid_from_random_weights(policy):
@@ -191,3 +197,19 @@ def test_openai_client_against_envengineer_serve(ray_cluster, serve_port, tiny_m
         assert client.completions.create(model="tiny", prompt="<|bos|>x", max_tokens=2).choices
     finally:
         end_session(process, grace_s=60)
+
+
+def test_an_update_reaches_a_replica_that_has_served_nothing(serve_port, tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    from serving.deployment import deploy, undeploy
+
+    fresh = deploy(ServingConfig(model=tiny_model, served_name="fresh"), name="fresh", route_prefix="/fresh")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+        assert fresh.update_weights(to_numpy(model.state_dict()), 5, timeout_s=120) == 5
+        assert fresh.weight_version() == 5
+        with pytest.raises(Exception, match="not newer"):
+            fresh.update_weights(to_numpy(model.state_dict()), 5)
+    finally:
+        undeploy("fresh")
