@@ -69,20 +69,22 @@ def transformers_tokens_per_s(model, tokenizer, prompts) -> float:
     return (out.shape[1] - batch["input_ids"].shape[1]) * len(prompts) / seconds
 
 
-def training_step_s(model, tokenizer, prompts) -> float:
-    """One forward + backward + AdamW step on the benchmark's rollout batch (prompts + 128 tokens)."""
+def training_step_s(model, tokenizer, prompts, micro_batch: int = 4) -> float:
+    """One optimizer step on the benchmark's rollout batch (prompts + 128 tokens): forward + backward in
+    micro-batches of ``micro_batch`` sequences (gradient accumulation), then AdamW."""
     import torch
 
     tokenizer.padding_side = "right"
     texts = [p + " UP," * NEW_TOKENS for p in prompts]
-    batch = tokenizer(texts, return_tensors="pt", padding=True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     model.train()
     start = time.perf_counter()
-    loss = model(**batch, labels=batch["input_ids"]).loss
-    loss.backward()
+    for i in range(0, len(texts), micro_batch):
+        batch = tokenizer(texts[i : i + micro_batch], return_tensors="pt", padding=True)
+        loss = model(**batch, labels=batch["input_ids"]).loss * len(batch["input_ids"]) / len(texts)
+        loss.backward()
     optimizer.step()
-    optimizer.zero_grad()
+    optimizer.zero_grad(set_to_none=True)
     model.eval()
     return time.perf_counter() - start
 
