@@ -88,6 +88,19 @@ def _usage(results: list[dict]) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
+def _envelope(prefix: str, kind: str, model: str, choices: list[dict], results: list[dict]) -> dict[str, Any]:
+    """The fields every completion response shares; the weight version goes in ``system_fingerprint``."""
+    return {
+        "id": f"{prefix}-{uuid.uuid4().hex}",
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        "usage": _usage(results),
+        "system_fingerprint": f"weights-v{results[0]['weight_version']}",
+    }
+
+
 def completion_response(model: str, results: list[dict]) -> dict[str, Any]:
     choices = []
     for result in results:
@@ -100,15 +113,7 @@ def completion_response(model: str, results: list[dict]) -> dict[str, Any]:
                     "logprobs": None,
                 }
             )
-    return {
-        "id": f"cmpl-{uuid.uuid4().hex}",
-        "object": "text_completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": choices,
-        "usage": _usage(results),
-        "system_fingerprint": f"weights-v{results[0]['weight_version']}",
-    }
+    return _envelope("cmpl", "text_completion", model, choices, results)
 
 
 def chat_response(model: str, result: dict) -> dict[str, Any]:
@@ -121,15 +126,7 @@ def chat_response(model: str, result: dict) -> dict[str, Any]:
         }
         for i, sample in enumerate(result["samples"])
     ]
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": choices,
-        "usage": _usage([result]),
-        "system_fingerprint": f"weights-v{result['weight_version']}",
-    }
+    return _envelope("chatcmpl", "chat.completion", model, choices, [result])
 
 
 def models_response(model: str) -> dict[str, Any]:
