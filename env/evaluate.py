@@ -136,7 +136,13 @@ def check_plan(instance: Instance, plan: list[list[str]], grid: Grid | None = No
 
 def evaluate(instance: Instance, response: str, reward: RewardConfig | None = None) -> Verdict:
     """Verdict of a response text, with its reward."""
-    parsed = parse_response(response, instance.num_agents)
+    return evaluate_parsed(instance, parse_response(response, instance.num_agents), reward)
+
+
+def evaluate_parsed(
+    instance: Instance, parsed: list[list[str]] | ParseFailure, reward: RewardConfig | None = None
+) -> Verdict:
+    """Verdict, with its reward, of what ``parse_response`` made of a response."""
     if isinstance(parsed, ParseFailure):
         verdict = _failure(instance, parsed.category, None, None, parsed.detail)
     else:

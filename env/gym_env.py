@@ -14,7 +14,7 @@ import gymnasium
 from gymnasium import spaces
 
 from env.benchmark import VALIDATION
-from env.evaluate import RewardConfig, evaluate
+from env.evaluate import RewardConfig, evaluate_parsed
 from env.instance import Instance, read_instances
 from env.prompt import parse_response, render_prompt
 from env.render import ansi
@@ -66,8 +66,8 @@ class MAPFFrozenLakeTextEnv(gymnasium.Env):
     def step(self, action: str):
         if self.instance is None:
             raise RuntimeError("call reset() before step()")
-        verdict = evaluate(self.instance, action, self.reward_config)
         parsed = parse_response(action, self.instance.num_agents)
+        verdict = evaluate_parsed(self.instance, parsed, self.reward_config)
         self.last_plan = parsed if isinstance(parsed, list) else None
         return self.prompt, verdict.reward, True, False, verdict.to_dict()
 

@@ -27,10 +27,8 @@ def ansi(instance: Instance, plan: list[list[str]] | None = None, t: int | None 
     default the end of the plan)."""
     horizon = max((len(m) for m in plan), default=0) if plan else 0
     t = horizon if t is None else t
-    grid = [
-        ["H" if (r, c) in set(map(tuple, instance.holes)) else "." for c in range(instance.size)]
-        for r in range(instance.size)
-    ]
+    holes = set(map(tuple, instance.holes))
+    grid = [["H" if (r, c) in holes else "." for c in range(instance.size)] for r in range(instance.size)]
     for i, (r, c) in enumerate(instance.goals):
         grid[r][c] = chr(ord("a") + i)
     for i, (r, c) in enumerate(positions_at(instance, plan, t)):

@@ -154,9 +154,6 @@ class PolicyDeployment:
     async def weight_version(self) -> int:
         return self.engine.version
 
-    async def tokenizer_path(self) -> str:
-        return self.config.model
-
     # ------------------------------------------------------------------------------------------
     # OpenAI-compatible HTTP route.
 
