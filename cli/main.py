@@ -2,7 +2,7 @@
 
 import typer
 
-from cli import serving, testbed
+from cli import serving, testbed, training
 
 app = typer.Typer(
     help="envengineer: RL on MAPF-FrozenLake with an LLM environment engineer.",
@@ -12,6 +12,7 @@ app = typer.Typer(
 )
 testbed.register(app)
 serving.register(app)
+training.register(app)
 
 if __name__ == "__main__":
     app()

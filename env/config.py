@@ -159,7 +159,8 @@ def proposal_schema() -> dict[str, Any]:
     }
 
 
-def _format_errors(error: ValidationError) -> str:
+def format_errors(error: ValidationError, what: str = "environment config") -> str:
+    """Every problem of a validation error on its own line, named by its path."""
     lines = []
     for item in error.errors():
         path = ".".join(str(part) for part in item["loc"]) or "(top level)"
@@ -176,7 +177,7 @@ def _format_errors(error: ValidationError) -> str:
             lines.append(str(item["msg"]).removeprefix("Value error, "))
         else:
             lines.append(f"{path}: {item['msg']} (got {item.get('input')!r})")
-    return "invalid environment config:\n  " + "\n  ".join(lines)
+    return f"invalid {what}:\n  " + "\n  ".join(lines)
 
 
 def parse_config(data: Any) -> EnvConfig:
@@ -186,7 +187,7 @@ def parse_config(data: Any) -> EnvConfig:
     try:
         return EnvConfig.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(_format_errors(error)) from None
+        raise ConfigError(format_errors(error)) from None
 
 
 def load_config(path: str | Path) -> EnvConfig:

@@ -228,6 +228,30 @@ def instance_specs(config: EnvConfig, id_prefix: str = "train") -> list[Instance
     return specs
 
 
+def sample_specs(config: EnvConfig, count: int, *seed_parts: object, id_prefix: str = "rollout") -> list[InstanceSpec]:
+    """``count`` specs drawn from ``config``'s distribution (size by data ratio, WAIT by wait ratio), seeded
+    by (config seed, *seed_parts): the same parts give the same specs, e.g. (round, step, worker)."""
+    rng = random.Random(derive_seed(config.seed, *seed_parts))
+    sizes = [s for s, k in config.sizes.items() if k.data_ratio > 0]
+    weights = [config.sizes[s].data_ratio for s in sizes]
+    tag = "-".join(map(str, seed_parts))
+    specs = []
+    for index in range(count):
+        size = rng.choices(sizes, weights)[0]
+        knobs = config.sizes[size]
+        specs.append(
+            InstanceSpec(
+                id=f"{id_prefix}-{tag}-{index:04d}",
+                size=size,
+                num_agents=config.num_agents,
+                hole_ratio=knobs.hole_ratio,
+                want_wait=rng.random() < knobs.wait_ratio,
+                seed=rng.getrandbits(32),
+            )
+        )
+    return specs
+
+
 def make_instances(
     specs: list[InstanceSpec], workers: int = 1, progress: Callable[[Iterable], Iterable] | None = None
 ) -> list[DrawResult]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from env.grid import MOVE_NAMES
+from env.grid import MOVE_NAMES, moves_to_path
 from env.instance import Instance
 
 MAX_MOVES_PER_AGENT = 1000
@@ -65,6 +65,14 @@ def format_answer(plan: list[list[str]], thinking: str | None = None) -> str:
     lines = [f"Agent {i}: {', '.join(moves)}".rstrip() for i, moves in enumerate(plan)]
     think = f"<think>\n{thinking}\n</think>\n" if thinking else ""
     return think + "<answer>\n" + "\n".join(lines) + "\n</answer>"
+
+
+def path_thinking(instance: Instance, plan: list[list[str]]) -> str:
+    """A think block for a demonstration: every agent's path as the cells it visits, start to goal."""
+    return "\n".join(
+        f"Agent {i}: " + " ".join(f"({r}, {c})" for r, c in moves_to_path(tuple(start), moves))
+        for i, (start, moves) in enumerate(zip(instance.starts, plan))
+    )
 
 
 @dataclass

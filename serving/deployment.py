@@ -210,10 +210,25 @@ class Policy:
         """Publish new weights and wait until every replica serves them; returns ``version``."""
         if self.registry is None:
             raise RuntimeError(f"deployment {self.name!r} is frozen")
-        ray.get(self.registry.publish.remote(version, [ray.put(arrays)]))
-        if not ray.get(self.registry.wait_loaded.remote(version, self.config.num_replicas, timeout_s)):
-            raise TimeoutError(f"not every replica loaded weights version {version} within {timeout_s} s")
-        return version
+        return publish_weights(self.registry, arrays, version, self.config.num_replicas, timeout_s)
+
+
+def registry_name_of(deployment: str) -> str:
+    return f"{deployment}-weights"
+
+
+def get_registry(name: str):
+    """The weight registry actor of a deployment, by the registry's name."""
+    return ray.get_actor(name, namespace=NAMESPACE)
+
+
+def publish_weights(registry, arrays: dict[str, np.ndarray], version: int, replicas: int, timeout_s: float) -> int:
+    """Publish weights and wait until ``replicas`` replicas serve them; returns ``version``. The caller
+    owns the object: a replica that starts after the caller has gone waits for the next publication."""
+    ray.get(registry.publish.remote(version, [ray.put(arrays)]))
+    if not ray.get(registry.wait_loaded.remote(version, replicas, timeout_s)):
+        raise TimeoutError(f"not every replica loaded weights version {version} within {timeout_s} s")
+    return version
 
 
 def deploy(config: ServingConfig, name: str = "policy", route_prefix: str = "/", follow_updates: bool = True) -> Policy:
@@ -223,7 +238,7 @@ def deploy(config: ServingConfig, name: str = "policy", route_prefix: str = "/",
     registry = None
     registry_name = None
     if follow_updates:
-        registry_name = f"{name}-weights"
+        registry_name = registry_name_of(name)
         _kill_registry(registry_name)
         # detached: it lives as long as the Serve application (``undeploy`` ends both), not the caller
         registry = WeightRegistry.options(name=registry_name, namespace=NAMESPACE, lifetime="detached").remote()
@@ -243,7 +258,7 @@ def deploy(config: ServingConfig, name: str = "policy", route_prefix: str = "/",
 
 def _kill_registry(registry_name: str) -> None:
     try:
-        ray.kill(ray.get_actor(registry_name, namespace=NAMESPACE))
+        ray.kill(get_registry(registry_name))
     except ValueError:
         pass
 
@@ -251,7 +266,7 @@ def _kill_registry(registry_name: str) -> None:
 def undeploy(name: str = "policy") -> None:
     """Delete the Serve application ``name`` and its weight registry."""
     serve.delete(name)
-    _kill_registry(f"{name}-weights")
+    _kill_registry(registry_name_of(name))
 
 
 def start_serve(host: str = "127.0.0.1", port: int = 8000) -> None:

@@ -1,0 +1,77 @@
+"""The trajectory buffer: object-store references to trajectory batches, and the running failure table.
+
+Rollout workers ``add`` their batch under (step, worker); the buffer puts it into the object store as
+its owner, so it outlives a worker that dies (Ray 2.56 removed ``ray.put(_owner=...)``). A retried
+worker re-adds the same key: it replaces, never adds. The driver ``take``s a step once every worker's
+batch is in; only then are its failure statistics folded into the running table, so a trajectory is
+counted exactly once. The learner fetches the batches from the object store itself; the engineer reads
+``statistics``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+
+from env.stats import FailureTable
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class TrajectoryBuffer:
+    def __init__(self):
+        self.pending: dict[int, dict[int, tuple[ray.ObjectRef, dict, dict]]] = {}
+        self.taken: set[int] = set()
+        self.table = FailureTable()
+        self.trajectories = 0
+
+    def add(self, step: int, worker: int, batch: dict, stats: dict, summary: dict) -> bool:
+        """Store worker ``worker``'s batch of global step ``step`` in the object store, owned by the buffer
+        so that it outlives the worker. False if that step was already taken (a late duplicate, ignored)."""
+        if step in self.taken:
+            return False
+        self.pending.setdefault(step, {})[worker] = (ray.put(batch), stats, summary)
+        return True
+
+    def ready(self, step: int) -> list[int]:
+        return sorted(self.pending.get(step, {}))
+
+    def take(self, step: int, workers: int) -> tuple[list[ray.ObjectRef], list[dict]]:
+        """The batch references of ``step`` and the workers' summaries (in worker order), folding the
+        batches' statistics into the running table."""
+        shards = self.pending.get(step, {})
+        if sorted(shards) != list(range(workers)):
+            raise RuntimeError(f"step {step}: batches from workers {sorted(shards)}, expected 0..{workers - 1}")
+        self.pending.pop(step)
+        self.taken.add(step)
+        for _, stats, summary in shards.values():
+            self.table.merge(FailureTable.from_dict(stats))
+            self.trajectories += summary["samples"]
+        return [shards[w][0] for w in range(workers)], [shards[w][2] for w in range(workers)]
+
+    def statistics(self) -> dict[str, Any]:
+        """The running failure table (every taken step) with its summary."""
+        return {"trajectories": self.trajectories, "summary": self.table.summary(), "table": self.table.to_dict()}
+
+    # Checkpointing: the table, the taken steps, and batches drawn ahead of the checkpoint (overlap mode).
+
+    def state(self) -> dict[str, Any]:
+        pending = {
+            step: {w: (ray.get(ref), stats, summary) for w, (ref, stats, summary) in shards.items()}
+            for step, shards in self.pending.items()
+        }
+        return {
+            "table": self.table.to_dict(),
+            "taken": sorted(self.taken),
+            "trajectories": self.trajectories,
+            "pending": pending,
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.table = FailureTable.from_dict(state["table"])
+        self.taken = set(state["taken"])
+        self.trajectories = state["trajectories"]
+        self.pending = {
+            step: {w: (ray.put(batch), stats, summary) for w, (batch, stats, summary) in shards.items()}
+            for step, shards in state["pending"].items()
+        }

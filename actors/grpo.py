@@ -1,0 +1,124 @@
+"""GRPO core: pure functions from a batch of groups to a loss (numpy for the bookkeeping, torch for the loss).
+
+A step's batch is G samples for each of P prompts. Advantages are group-relative: each sample's reward
+minus its group's mean, optionally divided by the group's std; groups whose samples all got the same
+reward carry no signal and may be dropped. The loss is the token-level clipped surrogate (every
+response token of the whole batch weighs the same) against the behaviour logprobs the samples were
+drawn with, plus an optional k3 KL to a reference model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+def group_advantages(rewards: np.ndarray, groups: np.ndarray, scale_by_std: bool, eps: float = 1e-6) -> np.ndarray:
+    """Reward minus the group mean (over samples sharing a group id), divided by the group std if asked."""
+    rewards = np.asarray(rewards, dtype=np.float64)
+    advantages = np.zeros_like(rewards)
+    for group in np.unique(groups):
+        members = groups == group
+        centred = rewards[members] - rewards[members].mean()
+        advantages[members] = centred / (rewards[members].std() + eps) if scale_by_std else centred
+    return advantages
+
+
+def informative_groups(rewards: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Mask of samples whose group has any reward variance."""
+    rewards = np.asarray(rewards)
+    keep = np.zeros(len(rewards), dtype=bool)
+    for group in np.unique(groups):
+        members = groups == group
+        keep[members] = rewards[members].max() > rewards[members].min()
+    return keep
+
+
+@dataclass
+class MicroBatch:
+    """Right-padded ``prompt + response`` sequences; per-token tensors cover the response positions."""
+
+    input_ids: torch.Tensor  # [B, T]
+    attention_mask: torch.Tensor  # [B, T]
+    target_index: torch.Tensor  # [B, R]: position whose logits predict each response token
+    response_ids: torch.Tensor  # [B, R]
+    response_mask: torch.Tensor  # [B, R] float, 0 on padding (and on zero-weight rows)
+    old_logprobs: torch.Tensor  # [B, R]
+    advantages: torch.Tensor  # [B]
+
+
+def collate(
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    old_logprobs: list[list[float]] | None,
+    advantages: list[float] | None,
+    pad_id: int,
+    weights: list[float] | None = None,
+) -> MicroBatch:
+    """Pad a list of samples into a ``MicroBatch`` (a weight of 0 keeps a row out of the loss)."""
+    batch = len(prompts)
+    length = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    width = max(max(len(r) for r in responses), 1)
+    input_ids = torch.full((batch, length), pad_id, dtype=torch.long)
+    attention = torch.zeros((batch, length), dtype=torch.long)
+    target_index = torch.zeros((batch, width), dtype=torch.long)
+    response_ids = torch.full((batch, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((batch, width))
+    old = torch.zeros((batch, width))
+    for row, (prompt, response) in enumerate(zip(prompts, responses)):
+        sequence = prompt + response
+        input_ids[row, : len(sequence)] = torch.tensor(sequence)
+        attention[row, : len(sequence)] = 1
+        n = len(response)
+        target_index[row, :n] = torch.arange(len(prompt) - 1, len(prompt) - 1 + n)
+        response_ids[row, :n] = torch.tensor(response, dtype=torch.long)
+        mask[row, :n] = 1.0 if weights is None else weights[row]
+        if old_logprobs is not None:
+            old[row, :n] = torch.tensor(old_logprobs[row][:n])
+    adv = torch.tensor(advantages if advantages is not None else [0.0] * batch, dtype=torch.float32)
+    return MicroBatch(input_ids, attention, target_index, response_ids, mask, old, adv)
+
+
+def token_logprobs(model, batch: MicroBatch) -> torch.Tensor:
+    """Log-probabilities [B, R] the model gives each response token (raw logits, no temperature)."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    index = batch.target_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
+    picked = logits.gather(1, index).float()  # [B, R, V] at the predicting positions
+    return picked.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1) - picked.logsumexp(-1)
+
+
+def clipped_surrogate(
+    new_logprobs: torch.Tensor,
+    batch: MicroBatch,
+    clip_low: float,
+    clip_high: float,
+    reference_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Sum over response tokens of the clipped policy loss (+ kl_coef x k3 KL); the caller divides by the
+    batch's token count. Returns (loss sum, statistics summed over tokens)."""
+    mask = batch.response_mask
+    ratio = torch.exp(new_logprobs - batch.old_logprobs)
+    advantage = batch.advantages.unsqueeze(-1)
+    unclipped = ratio * advantage
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantage
+    per_token = -torch.minimum(unclipped, clipped)
+    stats = {
+        "clipped_tokens": float(((unclipped != clipped).float() * (mask > 0)).sum()),
+        "ratio_sum": float((ratio.detach() * (mask > 0)).sum()),
+        "logprob_gap_sum": float(((new_logprobs.detach() - batch.old_logprobs).abs() * (mask > 0)).sum()),
+        "kl_sum": 0.0,
+    }
+    if reference_logprobs is not None and kl_coef > 0:
+        delta = reference_logprobs - new_logprobs
+        kl = torch.exp(delta) - delta - 1.0
+        per_token = per_token + kl_coef * kl
+        stats["kl_sum"] = float((kl.detach() * (mask > 0)).sum())
+    return (per_token * mask).sum(), stats
+
+
+def sft_loss_sum(new_logprobs: torch.Tensor, batch: MicroBatch) -> torch.Tensor:
+    """Summed negative log-likelihood of the (weighted) response tokens."""
+    return -(new_logprobs * batch.response_mask).sum()

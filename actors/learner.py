@@ -1,0 +1,284 @@
+"""The learner group: M Ray actors, one DeepSpeed engine each, in one torch.distributed group.
+
+Each rank fetches the step's trajectory batches from the object store itself, computes the same
+advantages over the whole batch, and trains on its share (every rank runs the same number of
+micro-batches, padding with zero-weight rows, so the gradient all-reduce lines up). The loss is
+normalised by the token count of the whole batch, so the gradient equals single-process token-mean
+GRPO for any number of ranks and micro-batches. After a step, rank 0 holds the full weights (gathered
+under ZeRO-3) and publishes them to the Serve deployment's weight registry.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+
+from actors.grpo import clipped_surrogate, collate, group_advantages, informative_groups, sft_loss_sum, token_logprobs
+from actors.settings import DeepSpeedSettings, GRPOSettings
+
+
+def deepspeed_config(settings: DeepSpeedSettings, learning_rate: float, micro_batch_size: int) -> dict[str, Any]:
+    return {
+        "train_micro_batch_size_per_gpu": micro_batch_size,
+        "gradient_accumulation_steps": 1,  # the learner sets the accumulation boundary itself
+        "gradient_clipping": settings.gradient_clipping,
+        "zero_optimization": {"stage": settings.zero_stage},
+        "bf16": {"enabled": settings.precision == "bf16"},
+        "optimizer": {
+            "type": "AdamW",
+            "params": {"lr": learning_rate, "weight_decay": settings.weight_decay, "torch_adam": settings.torch_adam},
+        },
+        "steps_per_print": 2**31 - 1,
+    }
+
+
+@ray.remote
+class Learner:
+    def __init__(self, rank: int, world_size: int, model: str, settings: dict, learning_rate: float, seed: int):
+        self.rank, self.world_size = rank, world_size
+        self.model_path = model
+        self.settings = DeepSpeedSettings(**settings)
+        self.learning_rate = learning_rate
+        self.seed = seed
+        self.engine = None
+        self.reference = None
+
+    def rendezvous(self) -> tuple[str, int]:
+        """This node's address and a free port, for rank 0 to host the process group."""
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def setup(self, master_addr: str, master_port: int, micro_batch_size: int, threads: int, reference: bool):
+        env = {"RANK": self.rank, "WORLD_SIZE": self.world_size, "LOCAL_RANK": 0}
+        os.environ.update({k: str(v) for k, v in env.items()} | {"MASTER_ADDR": master_addr})
+        os.environ["MASTER_PORT"] = str(master_port)
+        import importlib
+
+        import deepspeed
+        import torch
+        from deepspeed.accelerator import get_accelerator
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.manual_seed(self.seed)
+        self.device_kind = get_accelerator().device_name()
+        if self.device_kind == "cpu":
+            torch.set_num_threads(threads)
+            if not self.settings.shm_comm:  # skip compiling the shared-memory all-reduce; gloo does the work
+                importlib.import_module("deepspeed.comm.torch").build_shm_op = lambda: None
+        backend = "gloo" if self.device_kind == "cpu" else "nccl"
+        deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
+        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+        config = deepspeed_config(self.settings, self.learning_rate, micro_batch_size)
+        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.pad_id = self.tokenizer.pad_token_id or 0
+        self.micro_batch_size = micro_batch_size
+        if reference:
+            dtype = torch.bfloat16 if self.settings.precision == "bf16" else torch.float32
+            self.reference = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
+            self.reference.to(self.engine.device).eval().requires_grad_(False)
+        return {"rank": self.rank, "device": str(self.engine.device), "backend": backend}
+
+    # ------------------------------------------------------------------------------------------
+    # Training
+
+    def _accumulate(self, rows: np.ndarray, data: dict[str, list], loss_fn) -> dict[str, float]:
+        """Forward/backward this rank's share of ``rows`` in micro-batches, then one optimizer step.
+        ``loss_fn(new_logprobs, micro_batch) -> (loss sum, stats)``; totals are summed over ranks."""
+        import torch
+        import torch.distributed as dist
+
+        tokens = sum(len(data["response_ids"][i]) for i in rows)
+        shard = rows[self.rank :: self.world_size]
+        micro_batches = max(1, math.ceil(math.ceil(len(rows) / self.world_size) / self.micro_batch_size))
+        totals: dict[str, float] = {"loss_sum": 0.0}
+        for m in range(micro_batches):
+            chosen = list(shard[m * self.micro_batch_size : (m + 1) * self.micro_batch_size])
+            weights = [1.0] * len(chosen)
+            if not chosen:  # keep in step with the other ranks' all-reduce
+                chosen, weights = [rows[0]], [0.0]
+            batch = collate(
+                [data["prompt_ids"][i] for i in chosen],
+                [data["response_ids"][i] for i in chosen],
+                [data["logprobs"][i] for i in chosen] if "logprobs" in data else None,
+                [data["advantage"][i] for i in chosen] if "advantage" in data else None,
+                self.pad_id,
+                weights,
+            )
+            batch = _to_device(batch, self.engine.device)
+            self.engine.set_gradient_accumulation_boundary(m == micro_batches - 1)
+            new_logprobs = token_logprobs(self.engine, batch)
+            loss_sum, stats = loss_fn(new_logprobs, batch)
+            self.engine.backward(loss_sum * self.world_size / max(tokens, 1), scale_wrt_gas=False)
+            totals["loss_sum"] += float(loss_sum.detach())
+            for key, value in stats.items():
+                totals[key] = totals.get(key, 0.0) + value
+        self.engine.step()
+        keys = sorted(totals)
+        summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
+        if self.world_size > 1:
+            dist.all_reduce(summed)
+        totals = dict(zip(keys, summed.tolist()))
+        norm = self.engine.get_global_grad_norm()
+        return totals | {"tokens": tokens, "sequences": len(rows), "grad_norm": float(norm or 0.0)}
+
+    def train_grpo(self, batches: list[ray.ObjectRef], grpo: dict) -> dict[str, Any]:
+        """One GRPO step on the step's batches (``batches`` is a list of references, fetched here)."""
+        import torch
+
+        settings = GRPOSettings(**grpo)
+        data = merge_batches(ray.get(batches))
+        rewards, groups = np.asarray(data["reward"]), np.asarray(data["group"])
+        data["advantage"] = group_advantages(rewards, groups, settings.scale_by_std).tolist()
+        keep = informative_groups(rewards, groups) if settings.drop_zero_variance else np.ones(len(rewards), bool)
+        rows = np.flatnonzero(keep)
+        info = {"kept_groups": len(np.unique(groups[keep])), "groups": len(np.unique(groups))}
+        if len(rows) == 0:
+            return info | {"skipped": True}
+
+        def loss_fn(new_logprobs, batch):
+            reference = None
+            if self.reference is not None and settings.kl_coef > 0:
+                with torch.no_grad():
+                    reference = token_logprobs(self.reference, batch)
+            return clipped_surrogate(
+                new_logprobs, batch, settings.clip_low, settings.clip_high, reference, settings.kl_coef
+            )
+
+        totals = self._accumulate(rows, data, loss_fn)
+        n = max(totals["tokens"], 1)
+        return info | {
+            "skipped": False,
+            "loss": totals["loss_sum"] / n,
+            "clip_fraction": totals["clipped_tokens"] / n,
+            "ratio_mean": totals["ratio_sum"] / n,
+            "logprob_gap": totals["logprob_gap_sum"] / n,  # |learner - behaviour| per token: 0 when on-policy
+            "kl": totals["kl_sum"] / n,
+            "grad_norm": totals["grad_norm"],
+            "train_tokens": totals["tokens"],
+            "train_sequences": totals["sequences"],
+        }
+
+    def train_sft(self, examples: list[ray.ObjectRef]) -> dict[str, float]:
+        """One optimizer step of next-token loss on demonstration answers."""
+        (data,) = ray.get(examples)
+        totals = self._accumulate(np.arange(len(data["response_ids"])), data, lambda lp, b: (sft_loss_sum(lp, b), {}))
+        return {"loss": totals["loss_sum"] / max(totals["tokens"], 1), "grad_norm": totals["grad_norm"]}
+
+    # ------------------------------------------------------------------------------------------
+    # Weights and checkpoints (called on every rank: gathering under ZeRO-3 is collective)
+
+    def full_state(self) -> dict:
+        """Every parameter, whole, as CPU tensors (a collective under ZeRO-3)."""
+        import deepspeed
+
+        module = self.engine.module
+        gather = (
+            deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None)
+            if self.settings.zero_stage == 3
+            else nullcontext()
+        )
+        with gather:
+            return {name: tensor.detach().cpu().clone() for name, tensor in module.state_dict().items()}
+
+    def weights(self) -> dict[str, np.ndarray] | None:
+        """The full weights as numpy arrays on rank 0 (None on the others)."""
+        from serving.weights import to_numpy
+
+        state = self.full_state()
+        return to_numpy(state) if self.rank == 0 else None
+
+    def publish(self, registry: str, version: int, replicas: int, timeout_s: float) -> dict[str, float] | None:
+        """Send the weights to every Serve replica as ``version`` (rank 0), returning the time it took."""
+        from serving.deployment import get_registry, publish_weights
+
+        started = time.perf_counter()
+        arrays = self.weights()
+        if arrays is None:
+            return None
+        gathered = time.perf_counter()
+        publish_weights(get_registry(registry), arrays, version, replicas, timeout_s)
+        return {"gather": gathered - started, "load": time.perf_counter() - gathered}
+
+    def save_model(self, folder: str) -> None:
+        """The policy in Hugging Face format (model and tokenizer), written by rank 0."""
+        state = self.full_state()
+        if self.rank == 0:
+            self.engine.module.save_pretrained(folder, state_dict=state)
+            self.tokenizer.save_pretrained(folder)
+
+    def save(self, folder: str) -> None:
+        """A checkpoint: DeepSpeed state (weights, optimizer) of every rank, RNG states, and the HF model."""
+        import torch
+
+        folder = Path(folder)
+        self.engine.save_checkpoint(str(folder / "deepspeed"), tag="state", save_latest=False)
+        torch.save(torch.get_rng_state(), folder / f"rng-rank{self.rank}.pt")
+        self.save_model(str(folder / "model"))
+
+    def load(self, folder: str) -> None:
+        import torch
+
+        folder = Path(folder)
+        path, _ = self.engine.load_checkpoint(str(folder / "deepspeed"), tag="state")
+        if path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint in {folder}")
+        torch.set_rng_state(torch.load(folder / f"rng-rank{self.rank}.pt"))
+
+
+def _to_device(batch, device):
+    from dataclasses import fields, replace
+
+    return replace(batch, **{f.name: getattr(batch, f.name).to(device) for f in fields(batch)})
+
+
+def merge_batches(batches: list[dict[str, list]]) -> dict[str, list]:
+    """Concatenate workers' batches; group ids are made unique across them."""
+    merged: dict[str, list] = {}
+    offset = 0
+    for batch in batches:
+        for key, values in batch.items():
+            if key == "group":
+                values = [g + offset for g in values]
+            merged.setdefault(key, []).extend(values)
+        offset += len(batch.get("features", []))
+    return merged
+
+
+class LearnerGroup:
+    """Driver-side handle on the M learner actors: creates them, forms the process group, and calls every
+    rank at once (returning rank 0's answer)."""
+
+    def __init__(self, model: str, settings, resources, learning_rate: float, seed: int, micro_batch_size: int,
+                 reference: bool = False):  # fmt: skip
+        options = {
+            "num_cpus": resources.learner_cpus,
+            "num_gpus": resources.learner_gpus,
+            "max_restarts": 0,  # a learner that dies breaks the process group: the run resumes from a checkpoint
+        }
+        self.actors = [
+            Learner.options(**options).remote(
+                rank, resources.learners, model, settings.model_dump(), learning_rate, seed
+            )
+            for rank in range(resources.learners)
+        ]
+        address, port = ray.get(self.actors[0].rendezvous.remote())
+        self.call("setup", address, port, micro_batch_size, resources.learner_threads, reference)
+
+    def call(self, method: str, *args, **kwargs):
+        results = ray.get([getattr(actor, method).remote(*args, **kwargs) for actor in self.actors])
+        return results[0]
+
+    def shutdown(self) -> None:
+        for actor in self.actors:
+            ray.kill(actor)

@@ -1,0 +1,133 @@
+"""Training settings: one pydantic model from the YAML file to every actor (unknown keys are errors).
+
+Every knob here ends up in a metric or a file of the run directory: GRPO knobs in ``metrics.jsonl``
+(loss, clip fraction, KL, kept groups), resources in the step-time breakdown, checkpoint knobs in
+``checkpoints/``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from env.config import ConfigError, EnvConfig, SizeConfig, format_errors
+from env.evaluate import RewardConfig
+
+
+class _Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GRPOSettings(_Settings):
+    """GRPO: groups of samples per prompt, group-relative advantages, token-level clipped ratio."""
+
+    prompts_per_step: int = Field(16, ge=1, description="distinct instances per step (over all rollout workers)")
+    group_size: int = Field(8, ge=2, description="samples per instance (G)")
+    steps_per_round: int = Field(8, ge=1, description="GRPO steps in one round (K)")
+    temperature: float = Field(1.0, gt=0.0, description="sampling temperature of rollouts")
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(128, ge=1, description="longest response")
+    learning_rate: float = Field(1e-5, gt=0.0)
+    clip_low: float = Field(0.2, ge=0.0, description="ratio clipped below at 1 - clip_low")
+    clip_high: float = Field(0.28, ge=0.0, description="ratio clipped above at 1 + clip_high")
+    kl_coef: float = Field(0.0, ge=0.0, description="weight of the k3 KL to the initial model (0 = no reference)")
+    scale_by_std: bool = Field(True, description="divide advantages by the group's reward std")
+    drop_zero_variance: bool = Field(True, description="drop groups whose samples all got the same reward")
+    micro_batch_size: int = Field(16, ge=1, description="sequences per forward/backward on a learner")
+    overlap: bool = Field(
+        False, description="generate step t+1 while training step t (one step off-policy, deterministic)"
+    )
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+
+
+class DeepSpeedSettings(_Settings):
+    zero_stage: int = Field(0, ge=0, le=3)
+    precision: Literal["fp32", "bf16"] = "fp32"
+    gradient_clipping: float = Field(1.0, ge=0.0, description="max global grad norm (0 = off)")
+    weight_decay: float = Field(0.0, ge=0.0)
+    torch_adam: bool = Field(True, description="torch's AdamW instead of a compiled DeepSpeed Adam op")
+    shm_comm: bool = Field(False, description="build DeepSpeed's CPU shared-memory all-reduce (~1 min compile)")
+
+
+class ResourceSettings(_Settings):
+    rollout_workers: int = Field(2, ge=1)
+    learners: int = Field(1, ge=1, description="data-parallel learner ranks (one torch.distributed group)")
+    learner_cpus: float = Field(1.0, gt=0)
+    learner_gpus: float = Field(0.0, ge=0)
+    learner_threads: int = Field(1, ge=1, description="torch threads per learner on CPU")
+    worker_cpus: float = Field(0.25, gt=0)
+    max_restarts: int = Field(3, ge=0, description="restarts of a dead actor; its task is retried")
+
+
+class CheckpointSettings(_Settings):
+    every_steps: int = Field(0, ge=0, description="also checkpoint every S steps (0 = at round ends only)")
+    keep: int = Field(2, ge=1, description="checkpoints kept on disk")
+
+
+class SFTSettings(_Settings):
+    """Warm start on solver demonstrations (prompt -> optimal plan in the answer format)."""
+
+    env: EnvConfig = Field(
+        default_factory=lambda: EnvConfig(
+            sizes={
+                3: SizeConfig(data_ratio=0.5, hole_ratio=0.2, wait_ratio=0.3),
+                4: SizeConfig(data_ratio=0.5, hole_ratio=0.2, wait_ratio=0.3),
+            },
+            num_agents=2,
+            num_instances=2000,
+            seed=1,
+        ),
+        description="distribution of the demonstrations",
+    )
+    thinking: bool = Field(True, description="demonstrations think first: each agent's path as cells")
+    epochs: int = Field(4, ge=1)
+    batch_size: int = Field(32, ge=1)
+    learning_rate: float = Field(2e-3, gt=0.0)
+    validation_instances: int = Field(64, ge=0, description="held-out 3x3/4x4 instances scored before and after")
+
+
+class TrainConfig(_Settings):
+    """A training run: the policy, the round's environment, and how to train it."""
+
+    run_dir: str = Field("runs/default", description="metrics, TensorBoard events, checkpoints")
+    model: str = Field(description="local Hugging Face folder of the initial policy")
+    seed: int = Field(0, ge=0, description="seed of sampling, shuffling and initialisation")
+    env: EnvConfig = Field(description="the round's environment configuration")
+    serving: dict[str, Any] = Field(default_factory=dict, description="serving.settings.ServingConfig fields")
+    grpo: GRPOSettings = Field(default_factory=GRPOSettings)
+    deepspeed: DeepSpeedSettings = Field(default_factory=DeepSpeedSettings)
+    resources: ResourceSettings = Field(default_factory=ResourceSettings)
+    checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
+    sft: SFTSettings = Field(default_factory=SFTSettings)
+
+    @model_validator(mode="after")
+    def _check_serving(self) -> TrainConfig:
+        self.serving_config()  # unknown or bad serving fields fail at load time
+        return self
+
+    def required_cpus(self) -> float:
+        """Logical CPUs the run's actors reserve (Serve replicas, learners, rollout workers)."""
+        serving, r = self.serving_config(), self.resources
+        return serving.num_cpus * serving.num_replicas + r.learners * r.learner_cpus + r.rollout_workers * r.worker_cpus
+
+    def serving_config(self):
+        from serving.settings import ServingConfig
+
+        return ServingConfig(**({"model": self.model, "seed": self.seed} | self.serving))
+
+
+def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read a training YAML; relative paths in it are relative to the working directory."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        return TrainConfig.model_validate(data | (overrides or {}))
+    except ValidationError as error:
+        raise ConfigError(f"{path}: {format_errors(error, 'training config')}") from None

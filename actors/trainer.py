@@ -1,0 +1,219 @@
+"""The GRPO driver: one process that coordinates the rollout workers, the buffer, the learner group and
+the Serve deployment through a round of K steps.
+
+A step: every worker draws its share of instances, samples G responses each from the deployment, scores
+them and hands the batch to the buffer; the driver takes the step's references from the buffer and the
+learners fetch the data and train; rank 0 publishes the new weights to every replica. Data never passes
+through the driver. With ``grpo.overlap`` the next step's rollouts run while the learners train, with
+the weights of the step before (exactly one step off-policy, so still deterministic).
+
+Each step's metrics (reward, valid/optimal rates, failure breakdown, tokens/s, weight-version lag and the
+time of each part) go to ``metrics.jsonl`` and TensorBoard. Checkpoints are written at the end of every
+round and every ``checkpoint.every_steps`` steps; ``resume()`` continues from the newest one and draws
+exactly the batches the interrupted run would have drawn.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors import checkpoint
+from actors.buffer import TrajectoryBuffer
+from actors.checkpoint import TrainState
+from actors.learner import LearnerGroup
+from actors.metrics import MetricsLog
+from actors.rollout_worker import RolloutWorker
+from actors.settings import TrainConfig
+from env.config import EnvConfig, split_by_ratios
+from env.evaluate import FAILURE_CATEGORIES
+
+log = logging.getLogger(__name__)
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, deployment: str = "policy"):
+        from serving.deployment import deploy, registry_name_of
+
+        self.config = config
+        self.run_dir = Path(config.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        resources = config.resources
+        self.buffer = TrajectoryBuffer.remote()
+        self.policy = deploy(config.serving_config(), name=deployment, route_prefix=f"/{deployment}")
+        self.registry = registry_name_of(deployment)
+        self.learners = LearnerGroup(
+            config.model,
+            config.deepspeed,
+            resources,
+            config.grpo.learning_rate,
+            config.seed,
+            config.grpo.micro_batch_size,
+            reference=config.grpo.kl_coef > 0,
+        )
+        worker_options = {
+            "num_cpus": resources.worker_cpus,
+            "max_restarts": resources.max_restarts,
+            "max_task_retries": resources.max_restarts,  # a dead worker's batch is drawn again
+        }
+        reward = config.grpo.reward.model_dump()
+        self.workers = [
+            RolloutWorker.options(**worker_options).remote(i, deployment, self.buffer, reward)
+            for i in range(resources.rollout_workers)
+        ]
+        self.state = TrainState()
+        self.metrics: MetricsLog | None = None
+
+    # ------------------------------------------------------------------------------------------
+    # Checkpoints
+
+    def resume(self) -> bool:
+        """Continue from the newest complete checkpoint of the run directory (False if there is none)."""
+        folder = checkpoint.latest(self.run_dir)
+        if folder is None:
+            self.metrics = MetricsLog(self.run_dir, resume_after=-1)
+            return False
+        self.state, buffer_state = checkpoint.read(folder)
+        self.learners.call("load", str(folder))
+        ray.get(self.buffer.load_state.remote(buffer_state))
+        if self.state.version > 0:  # the deployment starts from the initial model: give it the learner's weights
+            self._publish(self.state.version)
+        self.metrics = MetricsLog(self.run_dir, resume_after=self.state.global_step - 1)
+        log.info("resumed from %s (round %d, step %d)", folder, self.state.round, self.state.step)
+        return True
+
+    def save_checkpoint(self) -> Path:
+        folder = checkpoint.folder_for(self.run_dir, self.state.global_step)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.learners.call("save", str(folder))
+        buffer_state = ray.get(self.buffer.state.remote())
+        checkpoint.write(folder, self.state, buffer_state, self.config.checkpoint.keep)
+        return folder
+
+    # ------------------------------------------------------------------------------------------
+    # Steps
+
+    def _publish(self, version: int) -> dict[str, float]:
+        timeout = 600.0
+        return self.learners.call("publish", self.registry, version, self.config.serving_config().num_replicas, timeout)
+
+    def _launch(self, env: EnvConfig, round_index: int, step: int, global_step: int) -> list[ray.ObjectRef]:
+        """Start the rollouts of a step unless the buffer already holds them (restored from a checkpoint)."""
+        workers = len(self.workers)
+        if ray.get(self.buffer.ready.remote(global_step)) == list(range(workers)):
+            return []
+        grpo = self.config.grpo
+        shares = split_by_ratios(grpo.prompts_per_step, dict.fromkeys(range(workers), 1.0))
+        sampling = {"n": grpo.group_size, "temperature": grpo.temperature, "top_p": grpo.top_p}
+        sampling["max_tokens"] = grpo.max_tokens
+        return [
+            worker.collect.remote(env.to_dict(), round_index, step, global_step, shares[i], sampling)
+            for i, worker in enumerate(self.workers)
+        ]
+
+    def train_round(self, round_index: int, env: EnvConfig, steps: int | None = None) -> list[dict[str, Any]]:
+        """Run (the rest of) round ``round_index`` on ``env``: ``steps`` (default ``grpo.steps_per_round``)
+        GRPO steps; returns the steps' metric records. Checkpoints at the end of the round."""
+        if self.metrics is None:
+            self.resume()
+        steps = steps or self.config.grpo.steps_per_round
+        if self.state.round > round_index:
+            return []
+        if self.state.round < round_index:
+            self.state.round, self.state.step = round_index, 0
+        records = []
+        pending = None
+        while self.state.round == round_index:
+            step, global_step = self.state.step, self.state.global_step
+            started = time.perf_counter()
+            ray.get(pending if pending is not None else self._launch(env, round_index, step, global_step))
+            refs, summaries = ray.get(self.buffer.take.remote(global_step, len(self.workers)))
+            rolled = time.perf_counter()
+            pending = None
+            if self.config.grpo.overlap and step + 1 < steps:
+                pending = self._launch(env, round_index, step + 1, global_step + 1)
+            train = self.learners.call("train_grpo", refs, self.config.grpo.model_dump())
+            trained = time.perf_counter()
+            if pending:
+                ray.get(pending)  # the next batch is drawn entirely with the weights it started with
+            waited = time.perf_counter()
+            trained_version = self.state.version
+            sync = {"gather": 0.0, "load": 0.0}
+            if not train.get("skipped"):
+                self.state.version += 1
+                sync = self._publish(self.state.version)
+            finished = time.perf_counter()
+            self.state.step += 1
+            self.state.global_step += 1
+            times = {"rollout": rolled - started, "train": trained - rolled, "wait_next": waited - trained}
+            times |= {"sync": finished - waited, "wall": finished - started}
+            record = step_record(round_index, step, global_step, summaries, train, sync, times, trained_version)
+            record["weight_version"] = self.state.version
+            self.metrics.write(record, global_step)
+            records.append(record)
+            every = self.config.checkpoint.every_steps
+            if self.state.step == steps:
+                self.state.round, self.state.step = round_index + 1, 0
+                self.save_checkpoint()
+            elif every and self.state.global_step % every == 0:
+                self.save_checkpoint()
+        return records
+
+    def shutdown(self, undeploy: bool = True) -> None:
+        from serving.deployment import undeploy as remove
+
+        if self.metrics:
+            self.metrics.close()
+        for worker in self.workers:
+            ray.kill(worker)
+        self.learners.shutdown()
+        ray.kill(self.buffer)
+        if undeploy:
+            remove(self.policy.name)
+
+
+def step_record(
+    round_index: int,
+    step: int,
+    global_step: int,
+    summaries: list[dict],
+    train: dict,
+    sync: dict,
+    times: dict[str, float],
+    trained_version: int,
+) -> dict[str, Any]:
+    """One step's metrics from the workers' summaries, the learners' statistics and the driver's clocks.
+
+    The rollout parts run in parallel over workers: each part's time is the slowest worker's. Ray overhead
+    is the step's wall time minus its parts (sample, generate, score, train, sync)."""
+    samples = sum(s["samples"] for s in summaries)
+    failures = Counter()
+    for s in summaries:
+        failures.update(s["failures"])
+    parts = {key: max(s["times"][key] for s in summaries) for key in ("sample", "generate", "score")}
+    parts |= {"train": times["train"], "sync": sync["gather"] + sync["load"]}
+    versions = [v for s in summaries for v in s["weight_versions"]]
+    n = max(samples, 1)
+    return {
+        "round": round_index,
+        "step": step,
+        "global_step": global_step,
+        "reward_mean": sum(s["reward_sum"] for s in summaries) / n,
+        "valid_rate": sum(s["valid"] for s in summaries) / n,
+        "optimal_rate": sum(s["optimal"] for s in summaries) / n,
+        "failures": {c: failures[c] / n for c in FAILURE_CATEGORIES},
+        "samples": samples,
+        "instances": sum(s["instances"] for s in summaries),
+        "response_tokens": sum(s["response_tokens"] for s in summaries),
+        "tokens_per_s": sum(s["response_tokens"] for s in summaries) / max(parts["generate"], 1e-9),
+        "samples_per_s": samples / max(times["wall"], 1e-9),
+        "version_lag": trained_version - min(versions, default=trained_version),
+        "digests": [s["digest"] for s in summaries],
+        "train": train,
+        "time": parts | times | {"ray_overhead": times["wall"] - sum(parts.values())},
+    }

@@ -1,0 +1,133 @@
+"""GRPO throughput: our distributed trainer vs TRL's ``GRPOTrainer`` (the named peer), side by side in one run.
+
+Same model (built locally: the tiny preset and a ~50M-parameter one), same instances and prompts (chat
+template), same reward (the evaluator), group size, prompts per step, completion length, temperature and
+learning rate; fp32 on CPU. Ours: a local Ray cluster with the vLLM deployment, rollout workers, the
+buffer and a DeepSpeed learner; TRL: ``GRPOTrainer`` with transformers generation (benchmarks/trl_peer.py).
+Both time the steps after one warm-up step. A randomly initialised model earns no reward, so every group
+has zero variance: ours keeps those groups here (``drop_zero_variance: false``) so it trains on every
+sample like TRL does.
+
+Prints samples/s and seconds per step for both and their ratio, our step-time breakdown (sample,
+generate, score, train, sync), weight sync as a share of the step and Ray overhead (wall minus parts).
+
+    python benchmarks/rl_throughput.py [--presets tiny 50m] [--steps 4] [--overlap]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SETTINGS = {  # per preset: prompts per step, group size, completion tokens
+    "tiny": {"prompts_per_step": 8, "group_size": 8, "max_tokens": 32},
+    "50m": {"prompts_per_step": 8, "group_size": 8, "max_tokens": 96},
+}
+
+
+def environment():
+    from env.config import EnvConfig, SizeConfig
+
+    knobs = SizeConfig(data_ratio=0.5, hole_ratio=0.2, wait_ratio=0.3)
+    return EnvConfig(sizes={3: knobs, 4: knobs}, num_agents=2, num_instances=100, seed=0)
+
+
+def ours(model: str, run_dir: str, shape: dict, steps: int, overlap: bool, threads: int) -> dict:
+    import ray
+
+    from actors.settings import TrainConfig
+    from actors.trainer import Trainer
+    from cli.training import connect_ray
+
+    config = TrainConfig(
+        run_dir=run_dir,
+        model=model,
+        env=environment(),
+        serving={"max_model_len": 1024},
+        grpo=shape
+        | {"steps_per_round": steps + 1, "learning_rate": 1e-6, "drop_zero_variance": False, "overlap": overlap}
+        | {"micro_batch_size": shape["prompts_per_step"] * shape["group_size"] // 2},
+        resources={"rollout_workers": 2, "learners": 1, "learner_threads": threads},
+        checkpoint={"every_steps": 0, "keep": 1},
+    )
+    connect_ray(config.required_cpus())
+    started = time.perf_counter()
+    trainer = Trainer(config, deployment="bench")
+    setup = time.perf_counter() - started
+    try:
+        records = trainer.train_round(0, config.env)[1:]  # the first step warms up
+    finally:
+        trainer.shutdown()
+        ray.shutdown()
+    walls = [r["time"]["wall"] for r in records]
+    samples = sum(r["samples"] for r in records)
+    parts = ("sample", "generate", "score", "train", "sync", "ray_overhead")
+    return {
+        "setup_s": setup,
+        "seconds_per_step": statistics.mean(walls),
+        "samples_per_s": samples / sum(walls),
+        "breakdown": {p: statistics.mean(r["time"][p] for r in records) for p in parts},
+        "tokens_per_s": statistics.mean(r["tokens_per_s"] for r in records),
+        "response_tokens_per_sample": sum(r["response_tokens"] for r in records) / samples,
+    }
+
+
+def trl(model: str, shape: dict, steps: int, threads: int) -> dict:
+    from benchmarks.trl_peer import run_trl_grpo
+    from env.generator import generate
+    from env.prompt import render_prompt
+
+    instances, _ = generate(environment(), "bench")
+    return run_trl_grpo(
+        model,
+        [render_prompt(i) for i in instances],
+        instances,
+        shape["group_size"],
+        shape["prompts_per_step"],
+        shape["max_tokens"],
+        steps,
+        threads=threads,
+        out_dir=tempfile.mkdtemp(prefix="trl-"),
+    )
+
+
+def main() -> None:
+    from serving.model import PRESETS, init_model
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", nargs="+", default=["tiny", "50m"], choices=sorted(PRESETS))
+    parser.add_argument("--steps", type=int, default=4, help="timed steps (after one warm-up step)")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of the learner and of TRL")
+    parser.add_argument("--overlap", action="store_true", help="ours: generate step t+1 while training step t")
+    args = parser.parse_args()
+    results = {}
+    for preset in args.presets:
+        shape = SETTINGS[preset]
+        with tempfile.TemporaryDirectory() as folder:
+            model = str(init_model(Path(folder) / preset, PRESETS[preset]))
+            mine = ours(model, str(Path(folder) / "run"), shape, args.steps, args.overlap, args.threads)
+            peer = trl(model, shape, args.steps, args.threads)
+        results[preset] = {"shape": shape, "ours": mine, "trl": peer}
+        b = mine["breakdown"]
+        print(f"\n== {preset}: {shape}")
+        print(f"ours: {mine['samples_per_s']:.1f} samples/s, {mine['seconds_per_step']:.2f} s/step")
+        print(f"TRL:  {peer['samples_per_s']:.1f} samples/s, {peer['seconds_per_step']:.2f} s/step")
+        print(f"ratio ours/TRL (samples/s): {mine['samples_per_s'] / peer['samples_per_s']:.2f}x")
+        print("our step: " + ", ".join(f"{k} {v:.3f} s" for k, v in b.items()))
+        step = mine["seconds_per_step"]
+        print(f"weight sync {b['sync'] / step:.1%} of the step; Ray overhead {b['ray_overhead'] / step:.1%}")
+        if peer.get("generate_s") is not None:
+            generate, rest = peer["generate_s"] / peer["steps"], peer["train_s"] / peer["steps"]
+            print(f"TRL step: generate+score {generate:.3f} s, rest {rest:.3f} s")
+    print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

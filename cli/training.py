@@ -1,0 +1,92 @@
+"""Training commands: ``sft`` (warm start on solver demonstrations) and ``train`` (GRPO rounds)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from env.config import ConfigError
+
+console = Console(stderr=True)
+
+
+def connect_ray(num_cpus: float = 0) -> None:
+    """Join the cluster in RAY_ADDRESS, else start a local one (dashboard on 127.0.0.1) with at least
+    ``num_cpus`` logical CPUs, so a small machine can still place every actor."""
+    import ray
+
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init()
+    else:
+        cpus = max(os.cpu_count() or 1, math.ceil(num_cpus))
+        ray.init(address="local", num_cpus=cpus, dashboard_host="127.0.0.1", include_dashboard=False)
+
+
+def _load(config: Path, run_dir: Path | None):
+    from actors.settings import load_train_config
+
+    try:
+        return load_train_config(config, {"run_dir": str(run_dir)} if run_dir else None)
+    except ConfigError as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from None
+
+
+def sft(
+    config: Annotated[Path, typer.Option(help="Training YAML (its model, sft, deepspeed and resources sections).")],
+    out: Annotated[Path, typer.Option(help="Folder for the warm-started model (Hugging Face format).")],
+) -> None:
+    """Warm-start the policy on solver demonstrations and report the held-out valid rate before and after."""
+    from actors.sft import run_sft
+
+    settings = _load(config, None)
+    connect_ray(settings.required_cpus())
+
+    def progress(step: int, steps: int, epoch: int, loss: float) -> None:
+        if step % 25 == 0 or step == steps:
+            console.print(f"sft step {step}/{steps} (epoch {epoch}) loss {loss:.4f}")
+
+    report = run_sft(settings, out, progress=progress)
+    for when in ("before", "after"):
+        if report[when]:
+            summary = report[when]
+            console.print(f"{when}: valid {summary['valid_rate']:.1%}, optimal {summary['optimal_rate']:.1%}")
+    console.print(f"wrote {out} ({report['steps']} steps, {report['seconds']:.0f} s)")
+
+
+def train(
+    config: Annotated[Path, typer.Option(help="Training YAML (see configs/train_tiny.yaml).")],
+    rounds: Annotated[int, typer.Option(help="Rounds to run on the config's environment.")] = 1,
+    run_dir: Annotated[Path | None, typer.Option(help="Override the config's run_dir.")] = None,
+) -> None:
+    """GRPO on the config's environment: rollout workers, buffer, DeepSpeed learners and the vLLM
+    deployment on Ray. Resumes from the run directory's newest checkpoint if there is one."""
+    from actors.trainer import Trainer
+
+    settings = _load(config, run_dir)
+    connect_ray(settings.required_cpus())
+    trainer = Trainer(settings)
+    try:
+        if trainer.resume():
+            console.print(f"resumed at round {trainer.state.round}, step {trainer.state.step}")
+        for round_index in range(trainer.state.round, rounds):
+            for record in trainer.train_round(round_index, settings.env):
+                console.print(
+                    f"round {record['round']} step {record['step']}: reward {record['reward_mean']:.3f} "
+                    f"valid {record['valid_rate']:.1%} optimal {record['optimal_rate']:.1%} "
+                    f"({record['time']['wall']:.1f} s, version {record['weight_version']})"
+                )
+        print(json.dumps({"run_dir": settings.run_dir, "global_step": trainer.state.global_step}))
+    finally:
+        trainer.shutdown()
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(sft)
+    app.command()(train)

@@ -1,0 +1,151 @@
+"""GRPO core and run bookkeeping, without Ray: advantages, loss, micro-batch equivalence, failure tables,
+checkpoint folders, metrics on resume, training configs."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from actors import checkpoint
+from actors.grpo import clipped_surrogate, collate, group_advantages, informative_groups, token_logprobs
+from actors.learner import merge_batches
+from actors.metrics import MetricsLog, read_metrics
+from actors.settings import TrainConfig, load_train_config
+from env.config import ConfigError, default_config
+from env.evaluate import evaluate
+from env.generator import sample_specs
+from env.stats import FailureTable
+
+
+def test_group_advantages_are_centred_per_group_and_optionally_scaled():
+    rewards = np.array([1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0])
+    groups = np.array([0, 0, 0, 0, 1, 1, 1, 1])
+    centred = group_advantages(rewards, groups, scale_by_std=False)
+    assert np.allclose(centred[:4], [0.75, -0.25, -0.25, -0.25]) and np.allclose(centred[4:], 0)
+    scaled = group_advantages(rewards, groups, scale_by_std=True)
+    assert np.allclose(scaled[:4], centred[:4] / np.std(rewards[:4]), atol=1e-5)
+    assert list(informative_groups(rewards, groups)) == [True] * 4 + [False] * 4
+
+
+def test_clipped_surrogate_on_policy_is_minus_advantage_per_token_and_clips():
+    batch = collate([[1, 2, 3]], [[4, 5]], [[-1.0, -2.0]], [2.0], pad_id=0)
+    loss, stats = clipped_surrogate(batch.old_logprobs.clone(), batch, 0.2, 0.2)
+    assert loss.item() == pytest.approx(-4.0) and stats["clipped_tokens"] == 0
+    higher = batch.old_logprobs + 1.0  # ratio e > 1.2: clipped for a positive advantage
+    loss, stats = clipped_surrogate(higher, batch, 0.2, 0.2)
+    assert loss.item() == pytest.approx(-2 * 1.2 * 2.0) and stats["clipped_tokens"] == 2
+
+
+def test_token_logprobs_match_a_per_sequence_computation(tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    prompts, responses = [[1, 7, 9, 11], [1, 5]], [[12, 13, 14], [20]]
+    batch = collate(prompts, responses, None, None, pad_id=0)
+    with torch.no_grad():
+        padded = token_logprobs(model, batch)
+        for row, (prompt, response) in enumerate(zip(prompts, responses)):
+            logits = model(input_ids=torch.tensor([prompt + response])).logits[0]
+            expected = logits.log_softmax(-1)[len(prompt) - 1 : -1].gather(-1, torch.tensor(response)[:, None])[:, 0]
+            assert torch.allclose(padded[row, : len(response)], expected, atol=1e-5)
+
+
+def test_micro_batched_token_mean_gradient_equals_the_whole_batch(tiny_model):
+    """What a learner rank does (loss sums / the batch's token count, over micro-batches and zero-weight
+    padding rows) gives the gradient of one token-mean loss over the whole batch."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    rng = np.random.default_rng(0)
+    prompts = [list(rng.integers(5, 300, size=rng.integers(3, 9))) for _ in range(5)]
+    responses = [list(rng.integers(5, 300, size=rng.integers(1, 6))) for _ in range(5)]
+    old = [list(rng.normal(-3, 0.5, size=len(r))) for r in responses]
+    advantages = list(rng.normal(size=5))
+    tokens = sum(map(len, responses))
+
+    def gradient(groups):
+        model.zero_grad()
+        for rows, weights in groups:
+            batch = collate(
+                [prompts[i] for i in rows], [responses[i] for i in rows], [old[i] for i in rows],
+                [advantages[i] for i in rows], 0, weights,
+            )  # fmt: skip
+            loss, _ = clipped_surrogate(token_logprobs(model, batch), batch, 0.2, 0.28)
+            (loss / tokens).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+    whole = gradient([([0, 1, 2, 3, 4], None)])
+    split = gradient([([0, 1], None), ([2, 3], None), ([4], None), ([0], [0.0])])
+    assert torch.allclose(whole, split, atol=1e-6)
+
+
+def test_merged_worker_batches_keep_groups_apart():
+    first = {"group": [0, 0, 1, 1], "reward": [1, 0, 1, 1], "features": [(), ()]}
+    second = {"group": [0, 0], "reward": [0, 1], "features": [()]}
+    merged = merge_batches([first, second])
+    assert merged["group"] == [0, 0, 1, 1, 2, 2] and merged["reward"] == [1, 0, 1, 1, 0, 1]
+
+
+def test_failure_table_counts_merges_and_round_trips(small_instances):
+    table = FailureTable()
+    for instance in small_instances[:10]:
+        table.add(instance, evaluate(instance, "no answer"))
+        table.add(instance, evaluate(instance, f"<answer>\n{_answer(instance)}\n</answer>"))
+    summary = table.summary()
+    assert summary["responses"] == 20 and summary["valid_rate"] == 0.5 and summary["failures"]["parse_error"] == 0.5
+    again = FailureTable.from_dict(json.loads(json.dumps(table.to_dict())))
+    assert again.to_dict() == table.to_dict()
+    assert again.merge(table).summary()["responses"] == 40
+    assert sum(cell.total for cell in table.by("size").values()) == 20
+
+
+def _answer(instance):
+    return "\n".join(f"Agent {i}: {', '.join(m)}" for i, m in enumerate(instance.solution))
+
+
+def test_rollout_specs_depend_only_on_config_seed_and_step():
+    config = default_config(num_agents=2, num_instances=100, seed=3)
+    assert sample_specs(config, 8, 0, 1, 2) == sample_specs(config, 8, 0, 1, 2)
+    assert sample_specs(config, 8, 0, 1, 2) != sample_specs(config, 8, 0, 1, 3)
+    assert {s.size for s in sample_specs(config, 200, 0, 0, 0)} == set(config.sizes)
+
+
+def test_checkpoint_folders_latest_and_pruning(tmp_path):
+    for step in (2, 4, 6):
+        folder = checkpoint.folder_for(tmp_path, step)
+        folder.mkdir(parents=True)
+        checkpoint.write(folder, checkpoint.TrainState(global_step=step), {"taken": [step]}, keep=2)
+    checkpoint.folder_for(tmp_path, 8).mkdir()  # a checkpoint interrupted before state.json: ignored
+    latest = checkpoint.latest(tmp_path)
+    assert latest.name == "step-000006"
+    state, buffer = checkpoint.read(latest)
+    assert state.global_step == 6 and buffer == {"taken": [6]}
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step-*")) == [
+        "step-000004", "step-000006", "step-000008",
+    ]  # fmt: skip
+
+
+def test_metrics_on_resume_drop_steps_after_the_checkpoint(tmp_path):
+    log = MetricsLog(tmp_path)
+    for step in range(5):
+        log.write({"global_step": step, "reward_mean": step / 10, "time": {"wall": 1.0}}, step)
+    log.close()
+    resumed = MetricsLog(tmp_path, resume_after=2)
+    resumed.write({"global_step": 3, "reward_mean": 0.0}, 3)
+    resumed.close()
+    assert [r["global_step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert list((tmp_path / "tensorboard").glob("events.*"))
+
+
+def test_training_config_rejects_unknown_keys_and_bad_serving_fields(tmp_path):
+    good = {"model": "m", "env": default_config().to_dict()}
+    assert TrainConfig.model_validate(good).serving_config().model == "m"
+    path = tmp_path / "train.yaml"
+    for bad in ({"grpo": {"group_sise": 4}}, {"serving": {"replicas": 2}}, {"grpo": {"group_size": 1}}):
+        path.write_text(json.dumps(good | bad))
+        with pytest.raises(ConfigError, match="invalid training config"):
+            load_train_config(path)
+    path.write_text("model: [unclosed")
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_train_config(path)

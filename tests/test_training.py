@@ -1,0 +1,163 @@
+"""Distributed GRPO and the SFT warm start on a real Ray cluster, real vLLM-CPU and real DeepSpeed-CPU
+learners, with the tiny model."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+import ray
+import torch
+import yaml
+
+from actors import checkpoint
+from actors.metrics import read_metrics
+from actors.settings import TrainConfig
+from actors.trainer import Trainer
+from env.config import EnvConfig, SizeConfig
+from env.generator import sample_specs
+from serving.settings import SamplingConfig
+from tests.cluster import BIN
+from tests.test_serving import chat_prompts, hf_greedy
+
+EASY = EnvConfig(
+    sizes={
+        3: SizeConfig(data_ratio=0.5, hole_ratio=0.2, wait_ratio=0.2),
+        4: SizeConfig(data_ratio=0.5, hole_ratio=0.2, wait_ratio=0.2),
+    },
+    num_agents=2,
+    num_instances=100,
+    seed=0,
+)
+
+
+def train_config(model: str, run_dir, grpo=None, resources=None, **fields) -> TrainConfig:
+    return TrainConfig(
+        run_dir=str(run_dir),
+        model=model,
+        env=EASY,
+        serving={"max_model_len": 1024},
+        grpo={"prompts_per_step": 4, "group_size": 4, "max_tokens": 128, "steps_per_round": 2, "micro_batch_size": 16}
+        | (grpo or {}),
+        resources={"rollout_workers": 2, "learners": 1} | (resources or {}),
+        **fields,
+    )
+
+
+def test_sft_warm_start_raises_the_held_out_valid_rate(warm_model):
+    _, report = warm_model
+    before, after = report["before"], report["after"]
+    print(f"SFT: valid {before['valid_rate']:.1%} -> {after['valid_rate']:.1%} on {report['validation_instances']}")
+    assert report["loss_last"] < report["loss_first"]
+    assert before["valid_rate"] == 0.0
+    assert after["valid_rate"] >= 0.2
+
+
+def test_grpo_steps_train_and_update_the_served_policy(warm_model, tmp_path):
+    """Two learner ranks (ZeRO-2, gloo): finite loss, weights change, the served version advances and the
+    served greedy output equals transformers' greedy output of the learner's weights."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model, _ = warm_model
+    config = train_config(model, tmp_path, resources={"learners": 2}, deepspeed={"zero_stage": 2})
+    trainer = Trainer(config, deployment="grpo")
+    try:
+        initial = trainer.learners.call("weights")
+        records = trainer.train_round(0, config.env)
+        trained = [r for r in records if not r["train"]["skipped"]]
+        assert trained, "every step was skipped (no reward variance in any group)"
+        for record in trained:
+            assert np.isfinite(record["train"]["loss"]) and record["train"]["grad_norm"] > 0
+        assert trained[0]["train"]["logprob_gap"] < 1e-3  # learner and vLLM agree on the behaviour logprobs
+        final = trainer.learners.call("weights")
+        assert any(not np.array_equal(initial[name], final[name]) for name in initial)
+        assert trainer.policy.weight_version() == trainer.state.version == len(trained)
+
+        tokenizer = AutoTokenizer.from_pretrained(model)
+        reference = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+        reference.load_state_dict({name: torch.from_numpy(array) for name, array in final.items()})
+        prompts = chat_prompts(tokenizer)
+        served = trainer.policy.generate(prompts, SamplingConfig(temperature=0.0, max_tokens=24, ignore_eos=True))
+        assert [r["samples"][0]["token_ids"] for r in served] == hf_greedy(reference, tokenizer, prompts)
+
+        lines = read_metrics(tmp_path / "metrics.jsonl")
+        assert [r["global_step"] for r in lines] == [0, 1]
+        assert {"generate", "score", "train", "sync", "wall", "ray_overhead"} <= set(lines[0]["time"])
+        assert list((tmp_path / "tensorboard").glob("events.*"))
+        saved = checkpoint.latest(tmp_path)
+        assert saved is not None and AutoModelForCausalLM.from_pretrained(saved / "model") is not None
+    finally:
+        trainer.shutdown()
+
+
+def test_a_rollout_worker_killed_mid_step_is_replaced_and_nothing_counts_twice(warm_model, tmp_path):
+    from ray.util.state import get_actor
+
+    model, _ = warm_model
+    config = train_config(model, tmp_path, grpo={"steps_per_round": 1})
+    trainer = Trainer(config, deployment="faults")
+    try:
+        victim = trainer.workers[0]
+        in_flight = trainer._launch(config.env, 0, 0, 0)
+        time.sleep(1.0)
+        ray.kill(victim, no_restart=False)
+        summaries = ray.get(in_flight)
+        assert get_actor(victim._actor_id.hex()).num_restarts >= 1
+        (record,) = trainer.train_round(0, config.env)
+        expected = config.grpo.prompts_per_step * config.grpo.group_size
+        assert record["samples"] == expected == sum(s["samples"] for s in summaries)
+        statistics = ray.get(trainer.buffer.statistics.remote())
+        assert statistics["trajectories"] == expected == statistics["summary"]["responses"]
+        drawn = [s.id for w in range(2) for s in sample_specs(config.env, 2, 0, 0, w)]
+        assert sum(s["instances"] for s in summaries) == len(drawn)
+    finally:
+        trainer.shutdown()
+
+
+def test_a_killed_driver_resumes_from_its_last_checkpoint(warm_model, ray_cluster, tmp_path):
+    """SIGKILL the driver after its step-2 checkpoint while it runs step 2; the rerun resumes there,
+    redraws exactly the same batch, and ends with every step once and every trajectory counted once."""
+    model, _ = warm_model
+    config = train_config(model, tmp_path / "run", grpo={"steps_per_round": 4}, checkpoint={"every_steps": 2})
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump(json.loads(config.model_dump_json())))
+    command = [str(BIN / "envengineer"), "train", "--config", str(path)]
+    environment = os.environ | {"RAY_ADDRESS": ray_cluster}
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    with open(tmp_path / "first.log", "w") as log:
+        driver = subprocess.Popen(command, env=environment, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + 420
+        while not any(r["global_step"] == 2 for r in read_metrics(metrics)):
+            assert driver.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the driver did not reach step 2"
+            time.sleep(0.2)
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    (killed_step,) = [r for r in read_metrics(metrics) if r["global_step"] == 2]
+    assert checkpoint.latest(tmp_path / "run").name == "step-000002"
+
+    rerun = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "resumed at round 0, step 2" in rerun.stderr
+    lines = read_metrics(metrics)
+    assert [r["global_step"] for r in lines] == [0, 1, 2, 3]
+    assert lines[2]["digests"] == killed_step["digests"]
+    state, buffer = checkpoint.read(checkpoint.latest(tmp_path / "run"))
+    assert state.global_step == 4 and state.round == 1
+    per_step = config.grpo.prompts_per_step * config.grpo.group_size
+    assert buffer["trajectories"] == 4 * per_step and sorted(buffer["taken"]) == [0, 1, 2, 3]
+
+
+@pytest.fixture(scope="session")
+def warm_model(ray_cluster, tiny_model, tmp_path_factory):
+    """The tiny model warm-started on solver demonstrations once per session: (path, SFT report)."""
+    from actors.sft import run_sft
+
+    out = tmp_path_factory.mktemp("models") / "warm"
+    config = train_config(
+        tiny_model, out / "run", sft={"epochs": 2, "validation_instances": 48}, grpo={"micro_batch_size": 32}
+    )
+    return str(out), run_sft(config, out)
