@@ -25,8 +25,14 @@ from actors.grpo import clipped_surrogate, collate, group_advantages, informativ
 from actors.settings import DeepSpeedSettings, GRPOSettings
 
 
-def deepspeed_config(settings: DeepSpeedSettings, learning_rate: float, micro_batch_size: int) -> dict[str, Any]:
-    return {
+def deepspeed_config(
+    settings: DeepSpeedSettings, learning_rate: float, micro_batch_size: int, warmup_steps: int = 0
+) -> dict[str, Any]:
+    scheduler = {
+        "type": "WarmupLR",
+        "params": {"warmup_min_lr": 0.0, "warmup_max_lr": learning_rate, "warmup_num_steps": warmup_steps},
+    }
+    return ({"scheduler": scheduler} if warmup_steps else {}) | {
         "train_micro_batch_size_per_gpu": micro_batch_size,
         "gradient_accumulation_steps": 1,  # the learner sets the accumulation boundary itself
         "gradient_clipping": settings.gradient_clipping,
@@ -42,8 +48,11 @@ def deepspeed_config(settings: DeepSpeedSettings, learning_rate: float, micro_ba
 
 @ray.remote
 class Learner:
-    def __init__(self, rank: int, world_size: int, model: str, settings: dict, learning_rate: float, seed: int):
+    def __init__(
+        self, rank: int, world_size: int, model: str, settings: dict, learning_rate: float, seed: int, warmup: int
+    ):
         self.rank, self.world_size = rank, world_size
+        self.warmup_steps = warmup
         self.model_path = model
         self.settings = DeepSpeedSettings(**settings)
         self.learning_rate = learning_rate
@@ -78,7 +87,7 @@ class Learner:
         backend = "gloo" if self.device_kind == "cpu" else "nccl"
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
-        config = deepspeed_config(self.settings, self.learning_rate, micro_batch_size)
+        config = deepspeed_config(self.settings, self.learning_rate, micro_batch_size, self.warmup_steps)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id or 0
@@ -260,7 +269,7 @@ class LearnerGroup:
     rank at once (returning rank 0's answer)."""
 
     def __init__(self, model: str, settings, resources, learning_rate: float, seed: int, micro_batch_size: int,
-                 reference: bool = False):  # fmt: skip
+                 reference: bool = False, warmup_steps: int = 0):  # fmt: skip
         options = {
             "num_cpus": resources.learner_cpus,
             "num_gpus": resources.learner_gpus,
@@ -268,7 +277,7 @@ class LearnerGroup:
         }
         self.actors = [
             Learner.options(**options).remote(
-                rank, resources.learners, model, settings.model_dump(), learning_rate, seed
+                rank, resources.learners, model, settings.model_dump(), learning_rate, seed, warmup_steps
             )
             for rank in range(resources.learners)
         ]

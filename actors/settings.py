@@ -17,6 +17,12 @@ from env.config import ConfigError, EnvConfig, SizeConfig, format_errors
 from env.evaluate import RewardConfig
 
 
+def small_maps(num_instances: int, seed: int = 0) -> EnvConfig:
+    """2 agents on 3x3 and 4x4 maps, 20% holes, 30% needing a WAIT: the warm start's distribution."""
+    knobs = SizeConfig(data_ratio=0.5, hole_ratio=0.2, wait_ratio=0.3)
+    return EnvConfig(sizes={3: knobs, 4: knobs}, num_agents=2, num_instances=num_instances, seed=seed)
+
+
 class _Settings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -70,22 +76,12 @@ class CheckpointSettings(_Settings):
 class SFTSettings(_Settings):
     """Warm start on solver demonstrations (prompt -> optimal plan in the answer format)."""
 
-    env: EnvConfig = Field(
-        default_factory=lambda: EnvConfig(
-            sizes={
-                3: SizeConfig(data_ratio=0.5, hole_ratio=0.2, wait_ratio=0.3),
-                4: SizeConfig(data_ratio=0.5, hole_ratio=0.2, wait_ratio=0.3),
-            },
-            num_agents=2,
-            num_instances=2000,
-            seed=1,
-        ),
-        description="distribution of the demonstrations",
-    )
+    env: EnvConfig = Field(default_factory=lambda: small_maps(4000, seed=1), description="the demonstrations")
     thinking: bool = Field(True, description="demonstrations think first: each agent's path as cells")
-    epochs: int = Field(4, ge=1)
+    epochs: int = Field(6, ge=1)
     batch_size: int = Field(32, ge=1)
-    learning_rate: float = Field(2e-3, gt=0.0)
+    learning_rate: float = Field(3e-3, gt=0.0)
+    warmup_steps: int = Field(50, ge=0, description="linear learning-rate warm-up")
     validation_instances: int = Field(64, ge=0, description="held-out 3x3/4x4 instances scored before and after")
 
 

@@ -74,7 +74,13 @@ def run_sft(config: TrainConfig, out: str | Path, deployment: str = "sft", progr
     report: dict[str, Any] = {"demonstrations": len(instances), "validation_instances": len(validation)}
     report["before"] = validate(policy.handle, validation, max_tokens)[0].summary() if validation else None
     learners = LearnerGroup(
-        config.model, config.deepspeed, config.resources, sft.learning_rate, config.seed, config.grpo.micro_batch_size
+        config.model,
+        config.deepspeed,
+        config.resources,
+        sft.learning_rate,
+        config.seed,
+        config.grpo.micro_batch_size,
+        warmup_steps=sft.warmup_steps,
     )
     rng = random.Random(derive_seed(config.seed, "sft-order"))
     losses = []

@@ -33,10 +33,9 @@ SETTINGS = {  # per preset: prompts per step, group size, completion tokens
 
 
 def environment():
-    from env.config import EnvConfig, SizeConfig
+    from actors.settings import small_maps
 
-    knobs = SizeConfig(data_ratio=0.5, hole_ratio=0.2, wait_ratio=0.3)
-    return EnvConfig(sizes={3: knobs, 4: knobs}, num_agents=2, num_instances=100, seed=0)
+    return small_maps(100)
 
 
 def ours(model: str, run_dir: str, shape: dict, steps: int, overlap: bool, threads: int) -> dict:

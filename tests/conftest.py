@@ -34,7 +34,7 @@ def ray_cluster():
 
     from tests.cluster import end_session, start_ray_head
 
-    process, address = start_ray_head(Path(tempfile.mkdtemp(prefix="ray-")), num_cpus=4)
+    process, address = start_ray_head(Path(tempfile.mkdtemp(prefix="ray-")), num_cpus=8)
     try:
         ray.init(address=address)
         yield address

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,23 +16,14 @@ import yaml
 
 from actors import checkpoint
 from actors.metrics import read_metrics
-from actors.settings import TrainConfig
+from actors.settings import TrainConfig, small_maps
 from actors.trainer import Trainer
-from env.config import EnvConfig, SizeConfig
 from env.generator import sample_specs
 from serving.settings import SamplingConfig
 from tests.cluster import BIN
 from tests.test_serving import chat_prompts, hf_greedy
 
-EASY = EnvConfig(
-    sizes={
-        3: SizeConfig(data_ratio=0.5, hole_ratio=0.2, wait_ratio=0.2),
-        4: SizeConfig(data_ratio=0.5, hole_ratio=0.2, wait_ratio=0.2),
-    },
-    num_agents=2,
-    num_instances=100,
-    seed=0,
-)
+EASY = small_maps(100)
 
 
 def train_config(model: str, run_dir, grpo=None, resources=None, **fields) -> TrainConfig:
@@ -93,9 +85,33 @@ def test_grpo_steps_train_and_update_the_served_policy(warm_model, tmp_path):
         trainer.shutdown()
 
 
-def test_a_rollout_worker_killed_mid_step_is_replaced_and_nothing_counts_twice(warm_model, tmp_path):
-    from ray.util.state import get_actor
+def test_grpo_after_warm_start_raises_the_mean_reward(warm_model, tmp_path):
+    """20 steps on 3x3/4x4, 2 agents: the greedy reward on held-out instances and the rollout reward rise."""
+    from actors.sft import held_out
+    from actors.validation import validate
+    from env.generator import generate
 
+    model, _ = warm_model
+    grpo = {"prompts_per_step": 32, "group_size": 8, "steps_per_round": 20, "learning_rate": 2e-4}
+    config = train_config(model, tmp_path, grpo=grpo | {"max_tokens": 160, "micro_batch_size": 32})
+    validation = held_out(config, generate(config.sft.env, "sft")[0])
+    trainer = Trainer(config, deployment="improve")
+    try:
+        before = validate(trainer.policy.handle, validation, 160)[1]
+        records = trainer.train_round(0, config.env)
+        after = validate(trainer.policy.handle, validation, 160)[1]
+    finally:
+        trainer.shutdown()
+    greedy = [np.mean([v.reward for v in verdicts]) for verdicts in (before, after)]
+    rollout = [np.mean([r["reward_mean"] for r in part]) for part in (records[:5], records[-5:])]
+    print(
+        f"GRPO: held-out greedy reward {greedy[0]:.3f} -> {greedy[1]:.3f}; rollout {rollout[0]:.3f} -> {rollout[1]:.3f}"
+    )
+    assert greedy[1] >= greedy[0] + 0.05
+    assert rollout[1] > rollout[0]
+
+
+def test_a_rollout_worker_killed_mid_step_is_replaced_and_nothing_counts_twice(warm_model, tmp_path):
     model, _ = warm_model
     config = train_config(model, tmp_path, grpo={"steps_per_round": 1})
     trainer = Trainer(config, deployment="faults")
@@ -103,9 +119,9 @@ def test_a_rollout_worker_killed_mid_step_is_replaced_and_nothing_counts_twice(w
         victim = trainer.workers[0]
         in_flight = trainer._launch(config.env, 0, 0, 0)
         time.sleep(1.0)
+        assert 0 not in ray.get(trainer.buffer.ready.remote(0))  # its batch is not in yet
         ray.kill(victim, no_restart=False)
-        summaries = ray.get(in_flight)
-        assert get_actor(victim._actor_id.hex()).num_restarts >= 1
+        summaries = ray.get(in_flight)  # the task is retried on the restarted worker
         (record,) = trainer.train_round(0, config.env)
         expected = config.grpo.prompts_per_step * config.grpo.group_size
         assert record["samples"] == expected == sum(s["samples"] for s in summaries)
@@ -153,11 +169,13 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint(warm_model, ray_cluste
 
 @pytest.fixture(scope="session")
 def warm_model(ray_cluster, tiny_model, tmp_path_factory):
-    """The tiny model warm-started on solver demonstrations once per session: (path, SFT report)."""
+    """The tiny model warm-started once per session with the default SFT settings (750 steps on 4,000
+    demonstrations; two learner ranks): (path, SFT report)."""
     from actors.sft import run_sft
 
+    reuse = os.environ.get("ENVENGINEER_WARM_MODEL")  # a folder `envengineer sft` wrote, to iterate faster
+    if reuse:
+        return reuse, json.loads((Path(reuse) / "sft_report.json").read_text())
     out = tmp_path_factory.mktemp("models") / "warm"
-    config = train_config(
-        tiny_model, out / "run", sft={"epochs": 2, "validation_instances": 48}, grpo={"micro_batch_size": 32}
-    )
+    config = train_config(tiny_model, out / "run", resources={"learners": 2})
     return str(out), run_sft(config, out)
