@@ -197,8 +197,11 @@ class Learner:
             if self.settings.zero_stage == 3
             else nullcontext()
         )
-        with gather:
-            return {name: tensor.detach().cpu().clone() for name, tensor in module.state_dict().items()}
+        with gather:  # gathered parameters are freed on exit: copy them out
+            copy = self.settings.zero_stage == 3
+            return {
+                name: t.detach().cpu().clone() if copy else t.detach().cpu() for name, t in module.state_dict().items()
+            }
 
     def weights(self) -> dict[str, np.ndarray] | None:
         """The full weights as numpy arrays on rank 0 (None on the others)."""

@@ -38,7 +38,7 @@ def environment():
     return small_maps(100)
 
 
-def ours(model: str, run_dir: str, shape: dict, steps: int, overlap: bool, threads: int) -> dict:
+def ours(model: str, run_dir: str, shape: dict, steps: int, overlap: bool, threads: int, precision: str) -> dict:
     import ray
 
     from actors.settings import TrainConfig
@@ -49,7 +49,8 @@ def ours(model: str, run_dir: str, shape: dict, steps: int, overlap: bool, threa
         run_dir=run_dir,
         model=model,
         env=environment(),
-        serving={"max_model_len": 1024},
+        serving={"max_model_len": 1024, "dtype": "bfloat16" if precision == "bf16" else "float32"},
+        deepspeed={"precision": precision},
         grpo=shape
         | {"steps_per_round": steps + 1, "learning_rate": 1e-6, "drop_zero_variance": False, "overlap": overlap}
         | {"micro_batch_size": shape["prompts_per_step"] * shape["group_size"] // 2},
@@ -78,7 +79,7 @@ def ours(model: str, run_dir: str, shape: dict, steps: int, overlap: bool, threa
     }
 
 
-def trl(model: str, shape: dict, steps: int, threads: int) -> dict:
+def trl(model: str, shape: dict, steps: int, threads: int, precision: str) -> dict:
     from benchmarks.trl_peer import run_trl_grpo
     from env.generator import generate
     from env.prompt import render_prompt
@@ -94,6 +95,7 @@ def trl(model: str, shape: dict, steps: int, threads: int) -> dict:
         steps,
         threads=threads,
         out_dir=tempfile.mkdtemp(prefix="trl-"),
+        bf16=precision == "bf16",
     )
 
 
@@ -105,17 +107,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="timed steps (after one warm-up step)")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the learner and of TRL")
     parser.add_argument("--overlap", action="store_true", help="ours: generate step t+1 while training step t")
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="both sides (bf16: mixed)")
     args = parser.parse_args()
     results = {}
     for preset in args.presets:
         shape = SETTINGS[preset]
         with tempfile.TemporaryDirectory() as folder:
             model = str(init_model(Path(folder) / preset, PRESETS[preset]))
-            mine = ours(model, str(Path(folder) / "run"), shape, args.steps, args.overlap, args.threads)
-            peer = trl(model, shape, args.steps, args.threads)
+            mine = ours(model, str(Path(folder) / "run"), shape, args.steps, args.overlap, args.threads, args.precision)
+            peer = trl(model, shape, args.steps, args.threads, args.precision)
         results[preset] = {"shape": shape, "ours": mine, "trl": peer}
         b = mine["breakdown"]
-        print(f"\n== {preset}: {shape}")
+        print(f"\n== {preset} ({args.precision}): {shape}")
         print(f"ours: {mine['samples_per_s']:.1f} samples/s, {mine['seconds_per_step']:.2f} s/step")
         print(f"TRL:  {peer['samples_per_s']:.1f} samples/s, {peer['seconds_per_step']:.2f} s/step")
         print(f"ratio ours/TRL (samples/s): {mine['samples_per_s'] / peer['samples_per_s']:.2f}x")

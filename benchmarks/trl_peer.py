@@ -27,6 +27,7 @@ def run_trl_grpo(
     seed: int = 0,
     threads: int = 2,
     out_dir: str = "/tmp/trl-peer",
+    bf16: bool = False,
 ) -> dict:
     """Time ``steps`` GRPO optimizer steps (after one untimed warm-up step) of TRL on ``model_path``.
 
@@ -53,7 +54,7 @@ def run_trl_grpo(
     config = GRPOConfig(
         output_dir=out_dir,
         use_cpu=True,
-        bf16=False,
+        bf16=bf16,  # mixed precision (autocast) over float32 weights
         report_to=[],
         disable_tqdm=True,
         model_init_kwargs={"dtype": torch.float32},

@@ -35,12 +35,16 @@ class ServingConfig(BaseModel):
         0, ge=0, description="VLLM_CPU_NUM_OF_RESERVED_CPU: cores kept free of compute (0 = compute on all)"
     )
     cpu_threads_bind: str = Field("auto", description="VLLM_CPU_OMP_THREADS_BIND: cores to bind, e.g. '0-1' or 'auto'")
+    cpu_omp_wait_policy: Literal["PASSIVE", "ACTIVE"] = Field(
+        "PASSIVE", description="OMP_WAIT_POLICY: PASSIVE frees the cores between batches (for a learner beside it)"
+    )
 
     def cpu_environment(self) -> dict[str, str]:
         return {
             "VLLM_CPU_KVCACHE_SPACE": f"{self.cpu_kv_cache_gib:g}",
             "VLLM_CPU_NUM_OF_RESERVED_CPU": str(self.cpu_reserved_cores),
             "VLLM_CPU_OMP_THREADS_BIND": self.cpu_threads_bind,
+            "OMP_WAIT_POLICY": self.cpu_omp_wait_policy,
         }
 
 
