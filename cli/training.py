@@ -28,11 +28,11 @@ def connect_ray(num_cpus: float = 0) -> None:
         ray.init(address="local", num_cpus=cpus, dashboard_host="127.0.0.1", include_dashboard=False)
 
 
-def _load(config: Path, run_dir: Path | None):
+def _load(config: Path, **overrides):
     from actors.settings import load_train_config
 
     try:
-        return load_train_config(config, {"run_dir": str(run_dir)} if run_dir else None)
+        return load_train_config(config, {k: str(v) for k, v in overrides.items() if v is not None})
     except ConfigError as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from None
@@ -41,11 +41,12 @@ def _load(config: Path, run_dir: Path | None):
 def sft(
     config: Annotated[Path, typer.Option(help="Training YAML (its model, sft, deepspeed and resources sections).")],
     out: Annotated[Path, typer.Option(help="Folder for the warm-started model (Hugging Face format).")],
+    model: Annotated[Path | None, typer.Option(help="Model to start from (default: the config's model).")] = None,
 ) -> None:
     """Warm-start the policy on solver demonstrations and report the held-out valid rate before and after."""
     from actors.sft import run_sft
 
-    settings = _load(config, None)
+    settings = _load(config, model=model)
     connect_ray(settings.required_cpus())
 
     def progress(step: int, steps: int, epoch: int, loss: float) -> None:
@@ -69,7 +70,7 @@ def train(
     deployment on Ray. Resumes from the run directory's newest checkpoint if there is one."""
     from actors.trainer import Trainer
 
-    settings = _load(config, run_dir)
+    settings = _load(config, run_dir=run_dir)
     connect_ray(settings.required_cpus())
     trainer = Trainer(settings)
     try:

@@ -92,3 +92,13 @@ def test_bad_inputs_give_clear_errors(tmp_path):
     (tmp_path / "r.jsonl").write_text('{"id": 1}\n')
     result = cli("benchmark", "score", tmp_path / "r.jsonl", check=False)
     assert result.returncode == 2 and "string 'id'" in result.stderr
+
+
+def test_training_commands_reject_a_bad_config_before_starting_anything(tmp_path):
+    bad = tmp_path / "train.yaml"
+    bad.write_text(
+        "model: m\nenv: {sizes: {3: {data_ratio: 1.0, hole_ratio: 0.2, wait_ratio: 0.5}}}\ngrpo: {groups: 4}\n"
+    )
+    for command in (["train"], ["sft", "--out", tmp_path / "out"]):
+        result = cli(*command, "--config", bad, check=False)
+        assert result.returncode == 2 and "grpo.groups: unknown field" in result.stderr

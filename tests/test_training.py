@@ -85,6 +85,19 @@ def test_grpo_steps_train_and_update_the_served_policy(warm_model, tmp_path):
         trainer.shutdown()
 
 
+def test_overlapped_rollouts_are_exactly_one_version_behind(warm_model, tmp_path):
+    model, _ = warm_model
+    config = train_config(model, tmp_path, grpo={"steps_per_round": 3, "overlap": True, "drop_zero_variance": False})
+    trainer = Trainer(config, deployment="overlap")
+    try:
+        records = trainer.train_round(0, config.env)
+    finally:
+        trainer.shutdown()
+    assert [r["version_lag"] for r in records] == [0, 1, 1]
+    assert [r["weight_version"] for r in records] == [1, 2, 3]
+    assert records[1]["train"]["logprob_gap"] > 0  # trained on samples of the previous weights
+
+
 def test_grpo_after_warm_start_raises_the_mean_reward(warm_model, tmp_path):
     """20 steps on 3x3/4x4, 2 agents: the greedy reward on held-out instances and the rollout reward rise."""
     from actors.sft import held_out
