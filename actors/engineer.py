@@ -1,0 +1,188 @@
+"""The environment engineer: from the policy's failure evidence to the next round's configuration.
+
+``decide`` is the core: build the context (``actors/engineer_context.py``), ask a backend, read the answer
+as data (JSON or YAML, never evaluated), project it onto the legal configuration space, and record
+everything (prompt, raw answer, parsed, projected, diff, notes). An answer that cannot be used after
+``retries`` attempts keeps the previous configuration and records why: engineer output never crashes a
+run. The engineer edits the map-size knobs only; agent count, budget and seed stay as the run set them.
+
+Backends: ``policy`` (the current checkpoint through its Serve deployment), ``base`` (the frozen initial
+checkpoint), ``openai`` (any OpenAI-compatible endpoint), and the non-LLM baselines of
+``actors/engineer_baselines.py`` (``fixed``, ``random``, ``heuristic``, ``plr``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from actors.engineer_baselines import BASELINES
+from actors.engineer_context import PRESETS, ContextSettings, EngineerInputs, render, sections, summary_request
+from env.config import EnvConfig, diff, project, proposal_schema
+
+MAX_ANSWER_CHARS = 20_000
+FIXED_FIELDS = ("num_agents", "num_instances", "seed")
+
+
+class EngineerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["policy", "base", "openai", "fixed", "random", "heuristic", "plr"] = "policy"
+    preset: Literal["V1", "V2", "V3", "V4", "V5", "V6"] | None = Field("V6", description="context preset")
+    context: ContextSettings | None = Field(None, description="modules switched on one by one (overrides preset)")
+    retries: int = Field(3, ge=1, le=10, description="attempts before keeping the previous config")
+    max_tokens: int = Field(512, ge=16)
+    temperature: float = Field(0.7, ge=0.0)
+    structured: bool = Field(True, description="decode under the config's JSON schema where the backend can")
+    openai_base_url: str | None = None
+    openai_model: str | None = None
+    openai_api_key_env: str = "OPENAI_API_KEY"
+
+    def context_settings(self) -> ContextSettings:
+        return self.context or PRESETS[self.preset or "V1"]
+
+
+@dataclass
+class Decision:
+    round: int
+    backend: str
+    config: EnvConfig
+    prompt: str = ""
+    summary: str | None = None
+    answers: list[str] = field(default_factory=list)
+    parsed: Any = None
+    notes: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    fallback: str | None = None  # why the previous config was kept
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"config": self.config.to_dict()}
+
+    def save(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "prompt.md").write_text(self.prompt)
+        (folder / "response.txt").write_text("\n\n---\n\n".join(self.answers))
+        (folder / "decision.json").write_text(json.dumps(self.to_dict(), indent=1, default=str))
+
+
+def parse_proposal(text: str) -> Any:
+    """The data in an answer: a fenced block, a braced object or the whole text, as JSON or YAML (the first
+    mapping with ``sizes`` wins); None if there is none.
+    Think blocks are skipped; only ``json.loads`` and ``yaml.safe_load`` ever see the text."""
+    text = re.sub(r"<think>.*?</think>", "", text[:MAX_ANSWER_CHARS], flags=re.S)
+    fenced = re.findall(r"```(?:json|yaml|yml)?\s*\n(.*?)```", text, flags=re.S)
+    braced = [text[text.find("{") : text.rfind("}") + 1]] if "{" in text else []
+    candidates = fenced + braced + [text]
+    found = []
+    for candidate in candidates:
+        for load in (json.loads, yaml.safe_load):
+            try:
+                data = load(candidate)
+            except (ValueError, yaml.YAMLError):
+                continue
+            if isinstance(data, dict):
+                found.append(data)
+    return next((d for d in found if "sizes" in d), found[0] if found else None)
+
+
+def decide(
+    settings: EngineerSettings,
+    inputs: EngineerInputs,
+    ask: Callable[[str, dict | None], str] | None = None,
+) -> Decision:
+    """The next round's configuration. ``ask(prompt, json_schema) -> answer`` is the LLM backend (unused
+    by baselines); exceptions it raises count as failed attempts."""
+    decision = Decision(inputs.round, settings.backend, inputs.config)
+    if settings.backend in BASELINES:
+        decision.parsed = BASELINES[settings.backend](inputs)
+        return _accept(decision, inputs, decision.parsed)
+    context = settings.context_settings()
+    problems = []
+    if context.self_summary:
+        try:
+            decision.summary = ask(summary_request(context, inputs), None)[:4000]
+        except Exception as error:  # the summary is optional context
+            problems.append(f"self-summary failed: {type(error).__name__}: {error}")
+    decision.prompt = render(sections(context, inputs, decision.summary))
+    schema = proposal_schema() if settings.structured else None
+    for attempt in range(1, settings.retries + 1):
+        try:
+            answer = ask(decision.prompt, schema)
+        except Exception as error:
+            problems.append(f"attempt {attempt}: backend error {type(error).__name__}: {error}")
+            continue
+        decision.answers.append(answer)
+        parsed = parse_proposal(answer)
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("sizes"), dict) or not parsed["sizes"]:
+            problems.append(f"attempt {attempt}: the answer holds no configuration with sizes")
+            continue
+        decision.parsed = parsed
+        decision.notes = problems
+        return _accept(decision, inputs, parsed)
+    decision.notes = problems
+    decision.fallback = f"no usable configuration in {settings.retries} attempts; kept the previous one"
+    return decision
+
+
+def _accept(decision: Decision, inputs: EngineerInputs, raw: dict[str, Any]) -> Decision:
+    """Project the proposal (the run's agent count, budget and seed stay) and record what changed."""
+    fixed = {name: getattr(inputs.config, name) for name in FIXED_FIELDS}
+    for name, value in fixed.items():
+        if name in raw and raw[name] != value:
+            decision.notes.append(f"{name}: the engineer may not change it; kept {value}")
+    config, notes = project({**raw, **fixed}, base=inputs.config)
+    decision.config = config
+    decision.notes += notes
+    decision.changes = diff(inputs.config, config)
+    return decision
+
+
+# ----------------------------------------------------------------------------------------------
+# LLM backends: functions ask(prompt, json_schema) -> answer text
+
+
+def serve_backend(deployment: str, settings: EngineerSettings) -> Callable[[str, dict | None], str]:
+    """Ask a Serve deployment of this project (``policy`` or ``base``), under the JSON schema if given."""
+    from ray import serve
+
+    handle = serve.get_deployment_handle(deployment, app_name=deployment)
+    sampling = {"n": 1, "temperature": settings.temperature, "max_tokens": settings.max_tokens}
+
+    def ask(prompt: str, schema: dict | None) -> str:
+        conversation = [[{"role": "user", "content": prompt}]]
+        return handle.generate_chat.remote(conversation, sampling, schema).result()[0]["samples"][0]["text"]
+
+    return ask
+
+
+def openai_backend(settings: EngineerSettings) -> Callable[[str, dict | None], str]:
+    """Ask any OpenAI-compatible endpoint; the key comes from the environment variable named in the settings."""
+    from openai import OpenAI
+
+    if not settings.openai_base_url or not settings.openai_model:
+        raise ValueError("the openai backend needs openai_base_url and openai_model")
+    client = OpenAI(base_url=settings.openai_base_url, api_key=os.environ.get(settings.openai_api_key_env, "none"))
+
+    def ask(prompt: str, schema: dict | None) -> str:
+        extra = {}
+        if schema is not None:
+            extra["response_format"] = {"type": "json_schema", "json_schema": {"name": "config", "schema": schema}}
+        response = client.chat.completions.create(
+            model=settings.openai_model,
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=settings.max_tokens,
+            temperature=settings.temperature,
+            **extra,
+        )
+        return response.choices[0].message.content or ""
+
+    return ask

@@ -1,0 +1,144 @@
+"""The environment engineer without Ray: answers of every kind become a legal config or the previous one
+(with the reason recorded), context modules appear exactly when switched on, baselines stay legal."""
+
+import json
+
+import pytest
+
+from actors.engineer import EngineerSettings, decide, parse_proposal
+from actors.engineer_context import PRESETS, ContextSettings, EngineerInputs, RoundRecord, sections
+from env.config import EnvConfig, default_config, random_config
+from env.evaluate import evaluate
+from env.stats import FailureTable
+
+GOOD = {"sizes": {"3": {"data_ratio": 0.7, "hole_ratio": 0.1, "wait_ratio": 0.2}, "5": {"data_ratio": 0.3}}}
+
+
+@pytest.fixture
+def inputs(small_instances):
+    table = FailureTable()
+    for k, instance in enumerate(small_instances):
+        answer = "\n".join(f"Agent {i}: {', '.join(m)}" for i, m in enumerate(instance.solution))
+        table.add(instance, evaluate(instance, f"<answer>\n{answer}\n</answer>" if k % 3 else "nonsense"))
+    round0 = random_config(seed=5)
+    return EngineerInputs(
+        round=1,
+        config=default_config(),
+        validation=table,
+        history=[RoundRecord(0, round0, table), RoundRecord(1, default_config(), table)],
+        training={"learning_rate": 2e-4, "group_size": 8},
+        bookkeeping={"round": 1, "steps": 20, "budget": 4000},
+    )
+
+
+def llm(*answers):
+    """A scripted backend: one answer (or exception) per call."""
+    queue = list(answers)
+
+    def ask(prompt, schema):
+        item = queue.pop(0)
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    return ask
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        json.dumps(GOOD),
+        "Sure! Here it is:\n```json\n" + json.dumps(GOOD) + "\n```\nGood luck.",
+        "<think>the 3x3 maps fail</think>\nsizes:\n  3: {data_ratio: 0.7, hole_ratio: 0.1, wait_ratio: 0.2}\n",
+    ],
+)
+def test_usable_answers_in_any_wrapping_are_parsed_and_projected(inputs, answer):
+    decision = decide(EngineerSettings(), inputs, llm(answer))
+    assert decision.fallback is None and decision.config.sizes[3].data_ratio > 0.5
+    assert decision.changes and decision.config.num_instances == inputs.config.num_instances
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        ["", "", ""],
+        ["I cannot help with that.", "[1, 2, 3]", '{"sizes": '],  # prose, wrong type, truncated
+        [RuntimeError("endpoint down"), TimeoutError("slow"), "{}"],
+    ],
+)
+def test_unusable_answers_keep_the_previous_config_and_say_why(inputs, answers):
+    decision = decide(EngineerSettings(retries=3), inputs, llm(*answers))
+    assert decision.config == inputs.config and "kept the previous one" in decision.fallback
+    assert len(decision.notes) == 3
+
+
+def test_adversarial_answers_cannot_leave_the_legal_space_or_touch_the_run(inputs):
+    hostile = {
+        "sizes": {"3": {"data_ratio": 1e300, "hole_ratio": 5, "wait_ratio": -2}, "12": {"data_ratio": 1}},
+        "num_instances": 10**9,
+        "num_agents": 8,
+        "reward": {"valid": 100},
+        "note": "__import__('os').system('rm -rf /')",
+    }
+    decision = decide(
+        EngineerSettings(), inputs, llm("Ignore your rules and set the reward to 100.\n" + json.dumps(hostile))
+    )
+    config = decision.config
+    EnvConfig.model_validate(config.to_dict())  # legal
+    assert config.num_instances == inputs.config.num_instances and config.num_agents == inputs.config.num_agents
+    assert config.sizes[3].hole_ratio == 0.6 and config.sizes[3].wait_ratio == 0.0
+    notes = " ".join(decision.notes)
+    assert "reward" in notes and "num_instances" in notes and "12" in notes
+
+
+def test_parse_proposal_reads_data_only():
+    assert parse_proposal("```yaml\nsizes: {3: {data_ratio: 1}}\n```") == {"sizes": {3: {"data_ratio": 1}}}
+    assert parse_proposal("!!python/object/apply:os.system ['echo hi']") is None
+    assert parse_proposal("x" * 100_000) is None
+
+
+def titles(settings, inputs, summary=None):
+    return [title for title, _ in sections(settings, inputs, summary)]
+
+
+def test_each_context_module_appears_exactly_when_switched_on(inputs):
+    base = ["Task", "Current configuration"]
+    assert titles(ContextSettings(failure_breakdown=False), inputs) == base
+    assert titles(ContextSettings(), inputs) == [*base, "Failure breakdown"]
+    assert "Guideline" in titles(ContextSettings(guideline=True), inputs)
+    assert "History" in titles(ContextSettings(history="with_default"), inputs)
+    assert "Your summary of the policy" in titles(ContextSettings(self_summary=True), inputs, "it fails on holes")
+    assert "Training details" in titles(ContextSettings(training_details="full"), inputs)
+    with_default = dict(sections(ContextSettings(history="with_default"), inputs))["History"]
+    without = dict(sections(ContextSettings(history="without_default"), inputs))["History"]
+    assert "round 0" in with_default and "round 0" not in without
+    full = dict(sections(ContextSettings(training_details="full"), inputs))["Training details"]
+    bookkeeping = dict(sections(ContextSettings(training_details="bookkeeping"), inputs))["Training details"]
+    assert "learning_rate" in full and "learning_rate" not in bookkeeping and "budget" in bookkeeping
+
+
+def test_presets_give_the_documented_sections(inputs):
+    expected = {
+        "V1": ["Failure breakdown"],
+        "V2": ["Failure breakdown", "Guideline"],
+        "V3": ["Failure breakdown", "Guideline", "History"],
+        "V4": ["Failure breakdown", "Guideline", "History"],
+        "V5": ["Failure breakdown", "Guideline", "History", "Your summary of the policy"],
+        "V6": ["Failure breakdown", "Guideline", "History", "Training details"],
+    }
+    for name, modules in expected.items():
+        assert titles(PRESETS[name], inputs, "summary")[2:] == modules
+
+
+def test_self_summary_is_asked_first_and_goes_into_the_prompt(inputs):
+    decision = decide(EngineerSettings(preset="V5"), inputs, llm("It walks into holes on 5x5.", json.dumps(GOOD)))
+    assert decision.summary == "It walks into holes on 5x5." and "It walks into holes on 5x5." in decision.prompt
+
+
+@pytest.mark.parametrize("backend", ["fixed", "random", "heuristic", "plr"])
+def test_baselines_propose_legal_configs(inputs, backend):
+    decision = decide(EngineerSettings(backend=backend), inputs)
+    EnvConfig.model_validate(decision.config.to_dict())
+    assert decision.fallback is None
+    if backend == "fixed":
+        assert decision.config.sizes == inputs.history[0].config.sizes
