@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from actors.engineer import EngineerSettings
 from env.config import ConfigError, EnvConfig, SizeConfig, format_errors
 from env.evaluate import RewardConfig
 
@@ -115,8 +116,7 @@ class TrainConfig(_Settings):
         return ServingConfig(**({"model": self.model, "seed": self.seed} | self.serving))
 
 
-def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Read a training YAML; relative paths in it are relative to the working directory."""
+def _load(schema, path: str | Path, overrides: dict[str, Any] | None, what: str):
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as error:
@@ -124,6 +124,35 @@ def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     try:
-        return TrainConfig.model_validate(data | (overrides or {}))
+        return schema.model_validate(data | (overrides or {}))
     except ValidationError as error:
-        raise ConfigError(f"{path}: {format_errors(error, 'training config')}") from None
+        raise ConfigError(f"{path}: {format_errors(error, what)}") from None
+
+
+def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read a training YAML; relative paths in it are relative to the working directory."""
+    return _load(TrainConfig, path, overrides, "training config")
+
+
+class EvalSettings(_Settings):
+    """Which suite instances a scoring pass answers (greedy)."""
+
+    agents: list[int] = Field(description="agent counts of the suite to use")
+    per_cell: int | None = Field(None, ge=1, description="at most this many per (agents, size, wait) cell")
+    max_tokens: int = Field(192, ge=16)
+
+
+class RunConfig(TrainConfig):
+    """The main job: rounds of GRPO -> validation -> engineer, then the benchmark."""
+
+    model: str = Field("tiny", description="local Hugging Face folder, or a preset (tiny, 50m) built in the run")
+    env: EnvConfig | None = Field(None, description="round-0 config; none = a random legal config from `seed`")
+    rounds: int = Field(3, ge=1)
+    warm_start: bool = Field(True, description="SFT on solver demonstrations before round 0")
+    engineer: EngineerSettings = Field(default_factory=EngineerSettings)
+    validation: EvalSettings = Field(default_factory=lambda: EvalSettings(agents=[2], per_cell=4))
+    benchmark: EvalSettings = Field(default_factory=lambda: EvalSettings(agents=[3, 4, 5], per_cell=10))
+
+
+def load_run_config(path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
+    return _load(RunConfig, path, overrides, "run config")

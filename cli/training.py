@@ -88,6 +88,34 @@ def train(
         trainer.shutdown()
 
 
+def run(
+    config: Annotated[Path, typer.Argument(help="Run YAML (see configs/cpu-demo.yaml).")],
+    out: Annotated[Path, typer.Option(help="Run directory.")],
+    resume: Annotated[bool, typer.Option(help="Continue the run in --out from where it stopped.")] = False,
+) -> None:
+    """The main job: warm start, then rounds of GRPO -> validation -> environment engineer, then the
+    benchmark table, report.md and plots. Joins RAY_ADDRESS or starts a local Ray."""
+    import time
+
+    from actors.job import run_job
+    from actors.settings import load_run_config
+
+    if (out / "run_config.yaml").exists() and not resume:
+        console.print(f"[red]error:[/red] {out} holds a run; pass --resume to continue it or choose another --out")
+        raise typer.Exit(2)
+    try:
+        settings = load_run_config(config)
+    except ConfigError as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from None
+    connect_ray(settings.required_cpus())
+    started = time.perf_counter()
+    final = run_job(settings, out, log=console.print)
+    console.print(f"done in {time.perf_counter() - started:.0f} s: {out / 'report.md'}")
+    print(final["markdown"])
+
+
 def register(app: typer.Typer) -> None:
     app.command()(sft)
     app.command()(train)
+    app.command()(run)

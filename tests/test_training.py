@@ -6,10 +6,8 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import numpy as np
-import pytest
 import ray
 import torch
 import yaml
@@ -178,17 +176,3 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint(warm_model, ray_cluste
     assert state.global_step == 4 and state.round == 1
     per_step = config.grpo.prompts_per_step * config.grpo.group_size
     assert buffer["trajectories"] == 4 * per_step and sorted(buffer["taken"]) == [0, 1, 2, 3]
-
-
-@pytest.fixture(scope="session")
-def warm_model(ray_cluster, tiny_model, tmp_path_factory):
-    """The tiny model warm-started once per session with the default SFT settings (750 steps on 4,000
-    demonstrations; two learner ranks): (path, SFT report)."""
-    from actors.sft import run_sft
-
-    reuse = os.environ.get("ENVENGINEER_WARM_MODEL")  # a folder `envengineer sft` wrote, to iterate faster
-    if reuse:
-        return reuse, json.loads((Path(reuse) / "sft_report.json").read_text())
-    out = tmp_path_factory.mktemp("models") / "warm"
-    config = train_config(tiny_model, out / "run", resources={"learners": 2})
-    return str(out), run_sft(config, out)

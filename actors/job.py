@@ -1,0 +1,169 @@
+"""The main job: round 0 config -> for each round: GRPO -> validation -> engineer -> next config; then the
+benchmark, a report and plots.
+
+Everything a round produces is a file of the run directory, written when that part completes:
+``round_<k>/env_config.yaml``, ``round_<k>/validation.json``, ``round_<k>/engineer/`` (prompt, response,
+decision); with the trainer's ``metrics.jsonl`` and ``checkpoints/``, a rerun with the same directory
+skips what is done and resumes training from its last checkpoint (never redoing a finished round).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from actors.checkpoint import latest
+from actors.engineer import Decision, decide, openai_backend, serve_backend
+from actors.engineer_context import EngineerInputs, FailedCase, RoundRecord
+from actors.settings import RunConfig
+from actors.validation import suite_instances, validate
+from env.benchmark import BENCHMARK, VALIDATION, score
+from env.config import EnvConfig, load_config, random_config, save_config
+from env.render import ansi
+from env.stats import FailureTable
+
+Log = Callable[[str], None]
+
+
+def prepare_model(config: RunConfig, out: Path, log: Log) -> str:
+    """The policy to train: the config's folder, or a preset built here; warm-started if asked."""
+    from serving.model import PRESETS, init_model
+
+    model = config.model
+    if model in PRESETS:
+        built = out / "model-init"
+        if not (built / "config.json").exists():
+            log(f"building the {model} policy in {built}")
+            init_model(built, PRESETS[model])
+        model = str(built.resolve())
+    if not config.warm_start:
+        return model
+    warm = out / "model-sft"
+    if not (warm / "sft_report.json").exists():
+        from actors.sft import run_sft
+
+        log("warm start: SFT on solver demonstrations")
+        report = run_sft(config.model_copy(update={"model": model, "env": round0(config)}), warm)
+        log(f"warm start: held-out valid {report['before']['valid_rate']:.1%} -> {report['after']['valid_rate']:.1%}")
+    return str(warm.resolve())
+
+
+def round0(config: RunConfig) -> EnvConfig:
+    return config.env or random_config(config.seed)
+
+
+def failed_cases(instances, verdicts, answers, count: int) -> list[FailedCase]:
+    cases = []
+    for instance, verdict, answer in zip(instances, verdicts, answers):
+        if not verdict.valid and len(cases) < count:
+            cases.append(FailedCase(ansi(instance), answer[:600], verdict.failure or "", verdict.detail))
+    return cases
+
+
+def engineer_backend(config: RunConfig, policy_name: str, initial_model: str):
+    """ask(prompt, schema) for the configured LLM backend (None for the baselines)."""
+    backend = config.engineer.backend
+    if backend == "policy":
+        return serve_backend(policy_name, config.engineer)
+    if backend == "base":
+        from serving.deployment import deploy
+
+        deploy(config.serving_config().model_copy(update={"model": initial_model}), "base", "/base", False)
+        return serve_backend("base", config.engineer)
+    if backend == "openai":
+        return openai_backend(config.engineer)
+    return None
+
+
+def run_job(config: RunConfig, out: str | Path, log: Log = print) -> dict[str, Any]:
+    """Run (or resume) the main job in ``out``; returns the final benchmark table as a dict. Needs Ray."""
+    from actors.trainer import Trainer
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "run_config.yaml").write_text(yaml.safe_dump(json.loads(config.model_dump_json()), sort_keys=False))
+    model = prepare_model(config, out, log)
+    train_config = config.model_copy(update={"model": model, "run_dir": str(out), "env": round0(config)})
+    trainer = Trainer(train_config)
+    validation = suite_instances(VALIDATION, config.validation.agents, config.validation.per_cell)
+    history: list[RoundRecord] = []
+    try:
+        if trainer.resume():
+            log(f"resumed from {latest(out)}")
+        ask = engineer_backend(config, trainer.policy.name, model)
+        for k in range(config.rounds):
+            folder = out / f"round_{k}"
+            config_path = folder / "env_config.yaml"
+            if not config_path.exists():
+                save_config(round0(config), config_path)
+            env = load_config(config_path)
+            if trainer.state.round <= k:
+                log(f"round {k}: training {config.grpo.steps_per_round} steps")
+                for record in trainer.train_round(k, env):
+                    log(f"  step {record['step']}: reward {record['reward_mean']:.3f} valid {record['valid_rate']:.1%}")
+            table = validation_report(folder, trainer, validation, config, log, k)
+            history.append(RoundRecord(k, env, table))
+            if k + 1 < config.rounds and not (out / f"round_{k + 1}" / "env_config.yaml").exists():
+                decision = engineer_step(config, trainer, env, table, history, validation, folder, ask, k)
+                save_config(decision.config, out / f"round_{k + 1}" / "env_config.yaml")
+                log(f"round {k}: engineer ({decision.backend}) -> {decision.changes or 'no change'}")
+        final = benchmark_report(out, trainer, config, log)
+    finally:
+        trainer.shutdown()
+    from actors.report import write_report
+
+    write_report(out)
+    return final
+
+
+def validation_report(folder: Path, trainer, instances, config: RunConfig, log: Log, k: int) -> FailureTable:
+    path = folder / "validation.json"
+    if path.exists():
+        return FailureTable.from_dict(json.loads(path.read_text())["table"])
+    table, verdicts, answers = validate(trainer.policy.handle, instances, config.validation.max_tokens)
+    cases = failed_cases(instances, verdicts, answers, config.engineer.context_settings().failed_examples)
+    report = {
+        "round": k,
+        "summary": table.summary(),
+        "table": table.to_dict(),
+        "failed_cases": [c.__dict__ for c in cases],
+    }
+    path.write_text(json.dumps(report, indent=1))
+    summary = table.summary()
+    log(f"round {k}: validation valid {summary['valid_rate']:.1%}, optimal {summary['optimal_rate']:.1%}")
+    return table
+
+
+def engineer_step(config, trainer, env, table, history, instances, folder, ask, k) -> Decision:
+    report = json.loads((folder / "validation.json").read_text())
+    inputs = EngineerInputs(
+        round=k,
+        config=env,
+        validation=table,
+        failed_cases=[FailedCase(**c) for c in report["failed_cases"]],
+        history=list(history),
+        training=json.loads(config.grpo.model_dump_json()) | {"deepspeed": config.deepspeed.model_dump()},
+        bookkeeping={"round": k, "steps_per_round": config.grpo.steps_per_round, "budget": env.num_instances},
+    )
+    decision = decide(config.engineer, inputs, ask)
+    decision.save(folder / "engineer")
+    return decision
+
+
+def benchmark_report(out: Path, trainer, config: RunConfig, log: Log) -> dict[str, Any]:
+    path = out / "final" / "benchmark.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    instances = suite_instances(BENCHMARK, config.benchmark.agents, config.benchmark.per_cell)
+    log(f"benchmark: {len(instances)} instances")
+    _, verdicts, _ = validate(trainer.policy.handle, instances, config.benchmark.max_tokens)
+    table = score(instances, {v.id: v for v in verdicts})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    result = {"table": table.to_dict(), "markdown": table.to_markdown()}
+    path.write_text(json.dumps(result, indent=1))
+    log("\n" + table.to_markdown())
+    return result

@@ -1,0 +1,69 @@
+"""The main job end to end on the real stack: 2 rounds with the tiny warm-started policy as its own
+engineer, killed in round 1 and resumed without redoing round 0."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import yaml
+
+from actors.metrics import read_metrics
+from tests.cluster import BIN
+
+
+def job_config(model: str) -> dict:
+    return {
+        "model": model,
+        "warm_start": False,
+        "rounds": 2,
+        "env": {
+            "sizes": {s: {"data_ratio": 0.5, "hole_ratio": 0.2, "wait_ratio": 0.3} for s in (3, 4)},
+            "num_agents": 2,
+            "num_instances": 100,
+        },
+        "serving": {"max_model_len": 4096},
+        "grpo": {"prompts_per_step": 4, "group_size": 4, "steps_per_round": 3, "max_tokens": 160},
+        "checkpoint": {"every_steps": 1},
+        "engineer": {"backend": "policy", "preset": "V6", "max_tokens": 256},
+        "validation": {"agents": [2], "per_cell": 1, "max_tokens": 160},
+        "benchmark": {"agents": [3], "per_cell": 1, "max_tokens": 160},
+    }
+
+
+def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_model, ray_cluster, tmp_path):
+    model, _ = warm_model
+    config, out = tmp_path / "run.yaml", tmp_path / "run"
+    config.write_text(yaml.safe_dump(job_config(model)))
+    command = [str(BIN / "envengineer"), "run", str(config), "--out", str(out)]
+    environment = os.environ | {"RAY_ADDRESS": ray_cluster}
+    with open(tmp_path / "first.log", "w") as log:
+        driver = subprocess.Popen(command, env=environment, stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + 600
+        while not any(r["round"] == 1 for r in read_metrics(out / "metrics.jsonl")):
+            assert driver.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the job did not reach round 1"
+            time.sleep(0.2)
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    round0 = (out / "round_0" / "validation.json").read_text()
+    decision = json.loads((out / "round_0" / "engineer" / "decision.json").read_text())
+    assert decision["backend"] == "policy" and (out / "round_1" / "env_config.yaml").exists()
+
+    refused = subprocess.run(command, env=environment, capture_output=True, text=True)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+    rerun = subprocess.run([*command, "--resume"], env=environment, capture_output=True, text=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert (out / "round_0" / "validation.json").read_text() == round0  # round 0 not redone
+    steps = [(r["round"], r["step"]) for r in read_metrics(out / "metrics.jsonl")]
+    assert steps == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    for name in (
+        "round_0/env_config.yaml", "round_0/engineer/prompt.md", "round_0/engineer/response.txt",
+        "round_1/env_config.yaml", "round_1/validation.json", "final/benchmark.json", "report.md",
+        "plots/validation_by_size.png", "plots/config_evolution.png", "plots/failures.png", "plots/reward.png",
+    ):  # fmt: skip
+        assert (out / name).exists(), name
+    table = json.loads((out / "final" / "benchmark.json").read_text())
+    assert "| 3 |" in table["markdown"] and "| 3 |" in rerun.stdout
+    assert "![validation](plots/validation_by_size.png)" in (out / "report.md").read_text()
