@@ -1,6 +1,10 @@
-"""Held-out validation: greedy answers of the served policy on fixed instances, scored into a failure table."""
+"""Held-out validation and suite scoring: greedy answers (of the served policy, or of any OpenAI-compatible
+endpoint) on fixed instances, scored into a failure table."""
 
 from __future__ import annotations
+
+import os
+from collections.abc import Callable
 
 from env.benchmark import Suite, parse_id
 from env.evaluate import RewardConfig, Verdict, evaluate
@@ -19,21 +23,56 @@ def suite_instances(suite: Suite, agents: list[int], per_cell: int | None = None
     return chosen
 
 
-def validate(
-    handle, instances: list[Instance], max_tokens: int, reward: RewardConfig | None = None, chunk: int = 64
-) -> tuple[FailureTable, list[Verdict], list[str]]:
-    """Score the greedy answer of the deployment behind ``handle`` (a Serve handle) on every instance:
-    the failure table, the verdicts and the answers, in instance order."""
+Answerer = Callable[[list[str]], list[str]]  # prompts (user messages) -> answers
+
+
+def serve_answerer(handle, max_tokens: int) -> Answerer:
+    """Greedy answers of a Serve deployment of this project."""
     sampling = {"n": 1, "temperature": 0.0, "max_tokens": max_tokens}
+
+    def answer(prompts: list[str]) -> list[str]:
+        conversations = [[{"role": "user", "content": p}] for p in prompts]
+        return [r["samples"][0]["text"] for r in handle.generate_chat.remote(conversations, sampling).result()]
+
+    return answer
+
+
+def openai_answerer(base_url: str, model: str, key_env: str, max_tokens: int) -> Answerer:
+    """Greedy answers of any OpenAI-compatible chat endpoint (one request per prompt)."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=base_url, api_key=os.environ.get(key_env, "none"))
+
+    def answer(prompts: list[str]) -> list[str]:
+        replies = []
+        for prompt in prompts:
+            response = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0
+            )
+            replies.append(response.choices[0].message.content or "")
+        return replies
+
+    return answer
+
+
+def score_answers(
+    answer: Answerer, instances: list[Instance], reward: RewardConfig | None = None, chunk: int = 64
+) -> tuple[FailureTable, list[Verdict], list[str]]:
+    """Ask ``answer`` about every instance and score the answers: the failure table, the verdicts and the
+    answers, in instance order."""
     table, verdicts, answers = FailureTable(), [], []
     for start in range(0, len(instances), chunk):
         part = instances[start : start + chunk]
-        conversations = [[{"role": "user", "content": render_prompt(i)}] for i in part]
-        results = handle.generate_chat.remote(conversations, sampling).result()
-        for instance, result in zip(part, results):
-            answer = result["samples"][0]["text"]
-            verdict = evaluate(instance, answer, reward)
+        for instance, text in zip(part, answer([render_prompt(i) for i in part])):
+            verdict = evaluate(instance, text, reward)
             table.add(instance, verdict)
             verdicts.append(verdict)
-            answers.append(answer)
+            answers.append(text)
     return table, verdicts, answers
+
+
+def validate(
+    handle, instances: list[Instance], max_tokens: int, reward: RewardConfig | None = None
+) -> tuple[FailureTable, list[Verdict], list[str]]:
+    """``score_answers`` with the greedy answers of the deployment behind ``handle`` (a Serve handle)."""
+    return score_answers(serve_answerer(handle, max_tokens), instances, reward)

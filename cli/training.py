@@ -115,7 +115,47 @@ def run(
     print(final["markdown"])
 
 
+def eval_cmd(
+    model: Annotated[str, typer.Option(help="A local model folder, or openai:NAME for an OpenAI-compatible endpoint.")],
+    suite: Annotated[str, typer.Option(help="benchmark or validation.")] = "benchmark",
+    agents: Annotated[list[int] | None, typer.Option(help="Agent counts (default: all of the suite's).")] = None,
+    per_cell: Annotated[int | None, typer.Option(help="At most this many instances per cell.")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Longest answer.")] = 1024,
+    base_url: Annotated[str | None, typer.Option(help="openai: the endpoint, e.g. http://127.0.0.1:8000/v1.")] = None,
+    api_key_env: Annotated[str, typer.Option(help="openai: environment variable holding the key.")] = "OPENAI_API_KEY",
+    out: Annotated[Path | None, typer.Option(help="Write the table and verdicts here (JSON).")] = None,
+) -> None:
+    """Score a model as a zero-shot solver on a suite and print the paper's table (acc./opt. per size, Sum)."""
+    from actors.validation import openai_answerer, score_answers, serve_answerer, suite_instances
+    from env.benchmark import SUITES, score
+
+    if suite not in SUITES:
+        console.print(f"[red]error:[/red] unknown suite {suite!r} ({', '.join(SUITES)})")
+        raise typer.Exit(2)
+    instances = suite_instances(SUITES[suite], agents or SUITES[suite].agent_counts, per_cell)
+    if model.startswith("openai:"):
+        if not base_url:
+            console.print("[red]error:[/red] openai:NAME needs --base-url")
+            raise typer.Exit(2)
+        answer = openai_answerer(base_url, model.removeprefix("openai:"), api_key_env, max_tokens)
+    else:
+        from serving.deployment import deploy
+        from serving.settings import ServingConfig
+
+        connect_ray(1)
+        policy = deploy(ServingConfig(model=str(Path(model).resolve()), max_model_len=4096), "eval", "/eval", False)
+        answer = serve_answerer(policy.handle, max_tokens)
+    console.print(f"scoring {model} on {len(instances)} {suite} instances")
+    _, verdicts, answers = score_answers(answer, instances)
+    table = score(instances, {v.id: v for v in verdicts})
+    if out:
+        rows = [v.to_dict() | {"answer": a} for v, a in zip(verdicts, answers)]
+        out.write_text(json.dumps({"table": table.to_dict(), "verdicts": rows}, indent=1))
+    print(table.to_markdown())
+
+
 def register(app: typer.Typer) -> None:
+    app.command("eval")(eval_cmd)
     app.command()(sft)
     app.command()(train)
     app.command()(run)

@@ -67,3 +67,17 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     table = json.loads((out / "final" / "benchmark.json").read_text())
     assert "| 3 |" in table["markdown"] and "| 3 |" in rerun.stdout
     assert "![validation](plots/validation_by_size.png)" in (out / "report.md").read_text()
+
+
+def test_eval_scores_an_openai_compatible_endpoint(policy, serve_port, tmp_path):
+    out = tmp_path / "scores.json"
+    command = [
+        str(BIN / "envengineer"), "eval", "--model", "openai:fixture", "--suite", "validation", "--agents", "2",
+        "--per-cell", "1", "--max-tokens", "32", "--base-url", f"http://127.0.0.1:{serve_port}/fixture/v1",
+        "--out", str(out),
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| 2 |" in result.stdout
+    scores = json.loads(out.read_text())
+    assert len(scores["verdicts"]) == 8 * 3 and set(scores["table"]) == {"2"}
