@@ -31,14 +31,19 @@ def tiny_model(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """A real local Ray head (own session, ended by its id, token auth) with this process connected to it."""
+    """A real local Ray head (own session, ended by its id, token auth) with this process connected to it,
+    and Serve's HTTP proxy on a free loopback port (started first, so every deployment shares it)."""
     import ray
 
-    from tests.cluster import end_session, start_ray_head
+    from serving.deployment import start_serve
+    from tests.cluster import end_session, free_port, start_ray_head
 
     process, address = start_ray_head(Path(tempfile.mkdtemp(prefix="ray-")), num_cpus=8)
     try:
         ray.init(address=address)
+        port = free_port()
+        start_serve("127.0.0.1", port)
+        os.environ["ENVENGINEER_TEST_SERVE_PORT"] = str(port)
         yield address
     finally:
         ray.shutdown()
@@ -47,12 +52,7 @@ def ray_cluster():
 
 @pytest.fixture(scope="session")
 def serve_port(ray_cluster):
-    from serving.deployment import start_serve
-    from tests.cluster import free_port
-
-    port = free_port()
-    start_serve("127.0.0.1", port)
-    return port
+    return int(os.environ["ENVENGINEER_TEST_SERVE_PORT"])
 
 
 @pytest.fixture(scope="session")

@@ -149,3 +149,14 @@ def test_training_config_rejects_unknown_keys_and_bad_serving_fields(tmp_path):
     path.write_text("model: [unclosed")
     with pytest.raises(ConfigError, match="cannot read"):
         load_train_config(path)
+
+
+def test_shipped_configs_load():
+    from pathlib import Path
+
+    from actors.settings import load_run_config
+
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    assert load_train_config(configs / "train_tiny.yaml").grpo.group_size == 8
+    assert load_run_config(configs / "cpu-demo.yaml").engineer.preset == "V6"
+    assert load_run_config(configs / "qwen3-4b.yaml").deepspeed.zero_stage == 3
