@@ -18,14 +18,21 @@ console = Console(stderr=True)
 
 def connect_ray(num_cpus: float = 0) -> None:
     """Join the cluster in RAY_ADDRESS, else start a local one (dashboard on 127.0.0.1) with at least
-    ``num_cpus`` logical CPUs, so a small machine can still place every actor."""
+    ``num_cpus`` logical CPUs, so a small machine can still place every actor. Actor output goes to the
+    console only with ENVENGINEER_ACTOR_LOGS=1 (it is always in Ray's session logs)."""
     import ray
 
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
     else:
         cpus = max(os.cpu_count() or 1, math.ceil(num_cpus))
-        ray.init(address="local", num_cpus=cpus, dashboard_host="127.0.0.1", include_dashboard=False)
+        ray.init(
+            address="local",
+            num_cpus=cpus,
+            dashboard_host="127.0.0.1",
+            include_dashboard=False,
+            log_to_driver=bool(os.environ.get("ENVENGINEER_ACTOR_LOGS")),  # actor logs stay in Ray's session dir
+        )
 
 
 def _load(config: Path, **overrides):

@@ -53,7 +53,8 @@ class PolicyEngine:
             seed=config.seed,
             worker_extension_cls="serving.weights.WeightSyncExtension",
             logprobs_mode=config.logprobs_mode,
-            structured_outputs_config={"backend": config.structured_backend},
+            # compact JSON: without this, small models fill their token budget with whitespace
+            structured_outputs_config={"backend": config.structured_backend, "disable_any_whitespace": True},
             disable_log_stats=True,
             enforce_eager=not config.compile,
             distributed_executor_backend="uni",  # the worker lives in the engine-core process: one spawn
