@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import ray
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -186,3 +187,23 @@ def openai_backend(settings: EngineerSettings) -> Callable[[str, dict | None], s
         return response.choices[0].message.content or ""
 
     return ask
+
+
+@ray.remote(num_cpus=0)
+class Engineer:
+    """The engineer as a Ray actor: holds its settings and backend, proposes one config per round."""
+
+    def __init__(self, settings: dict, policy_deployment: str = "policy"):
+        self.settings = EngineerSettings(**settings)
+        self.ask = None
+        if self.settings.backend in ("policy", "base"):
+            name = policy_deployment if self.settings.backend == "policy" else "base"
+            self.ask = serve_backend(name, self.settings)
+        elif self.settings.backend == "openai":
+            self.ask = openai_backend(self.settings)
+
+    def propose(self, inputs: EngineerInputs, folder: str) -> Decision:
+        """Decide the next config and save the decision (prompt, answers, decision.json) in ``folder``."""
+        decision = decide(self.settings, inputs, self.ask)
+        decision.save(folder)
+        return decision

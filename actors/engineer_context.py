@@ -70,6 +70,7 @@ class EngineerInputs:
     round: int
     config: EnvConfig  # the config of the round just trained
     validation: FailureTable  # held-out validation after it
+    rollouts: FailureTable | None = None  # the training rollouts' failure statistics (from the buffer)
     failed_cases: list[FailedCase] = field(default_factory=list)
     history: list[RoundRecord] = field(default_factory=list)  # earlier rounds, round 0 first
     training: dict[str, Any] = field(default_factory=dict)  # RL hyperparameters
@@ -97,6 +98,12 @@ def failure_breakdown(inputs: EngineerInputs, examples: int) -> str:
         f"Validation after round {inputs.round}: valid {summary['valid_rate']:.1%}, optimal "
         f"{summary['optimal_rate']:.1%} over {summary['responses']} held-out instances.\n" + _rates(inputs.validation)
     )
+    if inputs.rollouts is not None and inputs.rollouts.cells:
+        rollouts = inputs.rollouts.summary()
+        text += (
+            f"\n\nTraining rollouts so far: valid {rollouts['valid_rate']:.1%} over {rollouts['responses']} samples.\n"
+            + _rates(inputs.rollouts)
+        )
     for case in inputs.failed_cases[:examples]:
         text += f"\n\nFailed case ({case.failure}: {case.detail}):\n{case.instance_text}\nAnswer:\n{case.response}"
     return text

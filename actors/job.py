@@ -14,10 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import ray
 import yaml
 
 from actors.checkpoint import latest
-from actors.engineer import Decision, decide, openai_backend, serve_backend
+from actors.engineer import Decision, Engineer
 from actors.engineer_context import EngineerInputs, FailedCase, RoundRecord
 from actors.settings import RunConfig
 from actors.validation import suite_instances, validate
@@ -64,19 +65,13 @@ def failed_cases(instances, verdicts, answers, count: int) -> list[FailedCase]:
     return cases
 
 
-def engineer_backend(config: RunConfig, policy_name: str, initial_model: str):
-    """ask(prompt, schema) for the configured LLM backend (None for the baselines)."""
-    backend = config.engineer.backend
-    if backend == "policy":
-        return serve_backend(policy_name, config.engineer)
-    if backend == "base":
+def start_engineer(config: RunConfig, policy_name: str, initial_model: str):
+    """The engineer actor (and, for the ``base`` backend, a frozen deployment of the initial model)."""
+    if config.engineer.backend == "base":
         from serving.deployment import deploy
 
         deploy(config.serving_config().model_copy(update={"model": initial_model}), "base", "/base", False)
-        return serve_backend("base", config.engineer)
-    if backend == "openai":
-        return openai_backend(config.engineer)
-    return None
+    return Engineer.remote(config.engineer.model_dump(), policy_name)
 
 
 def run_job(config: RunConfig, out: str | Path, log: Log = print) -> dict[str, Any]:
@@ -94,7 +89,7 @@ def run_job(config: RunConfig, out: str | Path, log: Log = print) -> dict[str, A
     try:
         if trainer.resume():
             log(f"resumed from {latest(out)}")
-        ask = engineer_backend(config, trainer.policy.name, model)
+        engineer = start_engineer(config, trainer.policy.name, model)
         for k in range(config.rounds):
             folder = out / f"round_{k}"
             config_path = folder / "env_config.yaml"
@@ -108,7 +103,7 @@ def run_job(config: RunConfig, out: str | Path, log: Log = print) -> dict[str, A
             table = validation_report(folder, trainer, validation, config, log, k)
             history.append(RoundRecord(k, env, table))
             if k + 1 < config.rounds and not (out / f"round_{k + 1}" / "env_config.yaml").exists():
-                decision = engineer_step(config, trainer, env, table, history, validation, folder, ask, k)
+                decision = engineer_step(config, trainer, env, table, history, folder, engineer, k)
                 save_config(decision.config, out / f"round_{k + 1}" / "env_config.yaml")
                 log(f"round {k}: engineer ({decision.backend}) -> {decision.changes or 'no change'}")
         final = benchmark_report(out, trainer, config, log)
@@ -138,20 +133,20 @@ def validation_report(folder: Path, trainer, instances, config: RunConfig, log: 
     return table
 
 
-def engineer_step(config, trainer, env, table, history, instances, folder, ask, k) -> Decision:
+def engineer_step(config, trainer, env, table, history, folder, engineer, k) -> Decision:
     report = json.loads((folder / "validation.json").read_text())
+    rollouts = ray.get(trainer.buffer.statistics.remote())["table"]
     inputs = EngineerInputs(
         round=k,
         config=env,
         validation=table,
+        rollouts=FailureTable.from_dict(rollouts),
         failed_cases=[FailedCase(**c) for c in report["failed_cases"]],
         history=list(history),
         training=json.loads(config.grpo.model_dump_json()) | {"deepspeed": config.deepspeed.model_dump()},
         bookkeeping={"round": k, "steps_per_round": config.grpo.steps_per_round, "budget": env.num_instances},
     )
-    decision = decide(config.engineer, inputs, ask)
-    decision.save(folder / "engineer")
-    return decision
+    return ray.get(engineer.propose.remote(inputs, str(folder / "engineer")))
 
 
 def benchmark_report(out: Path, trainer, config: RunConfig, log: Log) -> dict[str, Any]:

@@ -112,6 +112,8 @@ def test_each_context_module_appears_exactly_when_switched_on(inputs):
     with_default = dict(sections(ContextSettings(history="with_default"), inputs))["History"]
     without = dict(sections(ContextSettings(history="without_default"), inputs))["History"]
     assert "round 0" in with_default and "round 0" not in without
+    inputs.rollouts = inputs.validation
+    assert "Training rollouts so far" in dict(sections(ContextSettings(), inputs))["Failure breakdown"]
     full = dict(sections(ContextSettings(training_details="full"), inputs))["Training details"]
     bookkeeping = dict(sections(ContextSettings(training_details="bookkeeping"), inputs))["Training details"]
     assert "learning_rate" in full and "learning_rate" not in bookkeeping and "budget" in bookkeeping
