@@ -142,7 +142,7 @@ def engineer_step(config, trainer, env, table, history, folder, engineer, k) -> 
         validation=table,
         rollouts=FailureTable.from_dict(rollouts),
         failed_cases=[FailedCase(**c) for c in report["failed_cases"]],
-        history=list(history),
+        history=history[:-1],  # earlier rounds; this one is the failure breakdown
         training=json.loads(config.grpo.model_dump_json()) | {"deepspeed": config.deepspeed.model_dump()},
         bookkeeping={"round": k, "steps_per_round": config.grpo.steps_per_round, "budget": env.num_instances},
     )
