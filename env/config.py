@@ -129,17 +129,21 @@ def count_with_ratio(total: int, ratio: float) -> int:
 
 
 def proposal_schema() -> dict[str, Any]:
-    """JSON schema of a configuration written by an LLM: sizes as fixed keys "3".."10" (each optional),
-    bounded numbers, no other fields. Decoding under it keeps answers short and parseable; ``project``
-    still makes the result legal (ratios summing to 1, enough free cells)."""
+    """JSON schema of a configuration written by an LLM: sizes as fixed keys "3".."10" (at least one), each
+    knob one of the multiples of 0.05 in its range, no other fields. Decoding under it keeps answers short
+    and parseable even for a tiny model; ``project`` still makes the result legal (ratios summing to 1,
+    enough free cells). The agent count, budget and seed are the run's, not the engineer's."""
 
-    def number(name: str, integer: bool = False) -> dict[str, Any]:
+    def grid(name: str) -> dict[str, Any]:
         low, high = RANGES[name]
-        return {"type": "integer" if integer else "number", "minimum": low, "maximum": high}
+        return {
+            "type": "number",
+            "enum": [round(i * 0.05, 2) for i in range(round(low / 0.05), round(high / 0.05) + 1)],
+        }
 
     knobs = {
         "type": "object",
-        "properties": {name: number(name) for name in SizeConfig.model_fields},
+        "properties": {name: grid(name) for name in SizeConfig.model_fields},
         "required": list(SizeConfig.model_fields),
         "additionalProperties": False,
     }
@@ -150,9 +154,8 @@ def proposal_schema() -> dict[str, Any]:
                 "type": "object",
                 "properties": {str(size): knobs for size in SIZES},
                 "additionalProperties": False,
+                "minProperties": 1,
             },
-            "num_agents": number("num_agents", integer=True),
-            "num_instances": number("num_instances", integer=True),
         },
         "required": ["sizes"],
         "additionalProperties": False,
