@@ -97,9 +97,7 @@ def run_job(config: RunConfig, out: str | Path, log: Log = print) -> dict[str, A
                 save_config(round0(config), config_path)
             env = load_config(config_path)
             if trainer.state.round <= k:
-                log(f"round {k}: training {config.grpo.steps_per_round} steps")
-                for record in trainer.train_round(k, env):
-                    log(f"  step {record['step']}: reward {record['reward_mean']:.3f} valid {record['valid_rate']:.1%}")
+                train_with_progress(trainer, k, env, config.grpo.steps_per_round, log)
             table = validation_report(folder, trainer, validation, config, log, k)
             history.append(RoundRecord(k, env, table))
             if k + 1 < config.rounds and not (out / f"round_{k + 1}" / "env_config.yaml").exists():
@@ -113,6 +111,21 @@ def run_job(config: RunConfig, out: str | Path, log: Log = print) -> dict[str, A
 
     write_report(out)
     return final
+
+
+def train_with_progress(trainer, k: int, env: EnvConfig, steps: int, log: Log) -> None:
+    """Train round ``k`` with a progress bar over its steps and a line per step."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, transient=True) as progress:
+        task = progress.add_task(f"round {k} GRPO", total=steps, completed=trainer.state.step)
+
+        def on_step(record: dict) -> None:
+            progress.advance(task)
+            log(f"round {k} step {record['step']}: reward {record['reward_mean']:.3f} valid {record['valid_rate']:.1%}")
+
+        trainer.train_round(k, env, on_step=on_step)
 
 
 def validation_report(folder: Path, trainer, instances, config: RunConfig, log: Log, k: int) -> FailureTable:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,9 +117,12 @@ class Trainer:
             for i, worker in enumerate(self.workers)
         ]
 
-    def train_round(self, round_index: int, env: EnvConfig, steps: int | None = None) -> list[dict[str, Any]]:
+    def train_round(
+        self, round_index: int, env: EnvConfig, steps: int | None = None, on_step: Callable[[dict], None] | None = None
+    ) -> list[dict[str, Any]]:
         """Run (the rest of) round ``round_index`` on ``env``: ``steps`` (default ``grpo.steps_per_round``)
-        GRPO steps; returns the steps' metric records. Checkpoints at the end of the round."""
+        GRPO steps; returns the steps' metric records (also handed to ``on_step`` as each ends).
+        Checkpoints at the end of the round."""
         if self.metrics is None:
             self.resume()
         steps = steps or self.config.grpo.steps_per_round
@@ -156,6 +160,8 @@ class Trainer:
             record["weight_version"] = self.state.version
             self.metrics.write(record, global_step)
             records.append(record)
+            if on_step:
+                on_step(record)
             every = self.config.checkpoint.every_steps
             if self.state.step == steps:
                 self.state.round, self.state.step = round_index + 1, 0
