@@ -81,3 +81,24 @@ def test_eval_scores_an_openai_compatible_endpoint(policy, serve_port, tmp_path)
     assert "| 2 |" in result.stdout
     scores = json.loads(out.read_text())
     assert len(scores["verdicts"]) == 8 * 3 and set(scores["table"]) == {"2"}
+
+
+def test_engineer_asks_an_openai_compatible_endpoint_under_the_schema(policy, serve_port, small_instances):
+    from actors.engineer import EngineerSettings, decide, openai_backend
+    from actors.engineer_context import EngineerInputs
+    from env.config import EnvConfig, default_config
+    from env.evaluate import evaluate
+    from env.stats import FailureTable
+
+    table = FailureTable()
+    for instance in small_instances[:12]:
+        table.add(instance, evaluate(instance, "no plan"))
+    settings = EngineerSettings(
+        backend="openai", openai_base_url=f"http://127.0.0.1:{serve_port}/fixture/v1", openai_model="fixture",
+        max_tokens=128, preset="V2",
+    )  # fmt: skip
+    decision = decide(
+        settings, EngineerInputs(round=0, config=default_config(), validation=table), openai_backend(settings)
+    )
+    assert decision.answers and decision.fallback is None  # schema-constrained: always a usable config
+    EnvConfig.model_validate(decision.config.to_dict())
