@@ -95,7 +95,7 @@ def test_engineer_asks_an_openai_compatible_endpoint_under_the_schema(policy, se
         table.add(instance, evaluate(instance, "no plan"))
     settings = EngineerSettings(
         backend="openai", openai_base_url=f"http://127.0.0.1:{serve_port}/fixture/v1", openai_model="fixture",
-        max_tokens=128, preset="V2",
+        max_tokens=512, preset="V2",
     )  # fmt: skip
     decision = decide(
         settings, EngineerInputs(round=0, config=default_config(), validation=table), openai_backend(settings)
