@@ -112,14 +112,14 @@ def decide(
         try:
             decision.summary = ask(summary_request(context, inputs), None)[:4000]
         except Exception as error:  # the summary is optional context
-            problems.append(f"self-summary failed: {type(error).__name__}: {error}")
+            problems.append(f"self-summary failed: {type(error).__name__}: {_last_line(error)}")
     decision.prompt = render(sections(context, inputs, decision.summary))
     schema = proposal_schema() if settings.structured else None
     for attempt in range(1, settings.retries + 1):
         try:
             answer = ask(decision.prompt, schema)
         except Exception as error:
-            problems.append(f"attempt {attempt}: backend error {type(error).__name__}: {error}")
+            problems.append(f"attempt {attempt}: backend error {type(error).__name__}: {_last_line(error)}")
             continue
         decision.answers.append(answer)
         parsed = parse_proposal(answer)
@@ -132,6 +132,12 @@ def decide(
     decision.notes = problems
     decision.fallback = f"no usable configuration in {settings.retries} attempts; kept the previous one"
     return decision
+
+
+def _last_line(error: Exception) -> str:
+    """The message of an error without a remote traceback (Ray wraps the cause's message last)."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return (lines[-1] if lines else "")[:300]
 
 
 def _accept(decision: Decision, inputs: EngineerInputs, raw: dict[str, Any]) -> Decision:
