@@ -14,7 +14,6 @@ checkpoint), ``openai`` (any OpenAI-compatible endpoint), and the non-LLM baseli
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -25,6 +24,7 @@ import ray
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.chat import openai_chat, serve_chat
 from actors.engineer_baselines import BASELINES
 from actors.engineer_context import PRESETS, ContextSettings, EngineerInputs, render, sections, summary_request
 from env.config import EnvConfig, diff, project, proposal_schema
@@ -162,37 +162,22 @@ def serve_backend(deployment: str, settings: EngineerSettings) -> Callable[[str,
     from ray import serve
 
     handle = serve.get_deployment_handle(deployment, app_name=deployment)
-    sampling = {"n": 1, "temperature": settings.temperature, "max_tokens": settings.max_tokens}
-
-    def ask(prompt: str, schema: dict | None) -> str:
-        conversation = [[{"role": "user", "content": prompt}]]
-        return handle.generate_chat.remote(conversation, sampling, schema).result()[0]["samples"][0]["text"]
-
-    return ask
+    chat = serve_chat(handle, settings.max_tokens, settings.temperature)
+    return lambda prompt, schema: chat([prompt], schema)[0]
 
 
 def openai_backend(settings: EngineerSettings) -> Callable[[str, dict | None], str]:
     """Ask any OpenAI-compatible endpoint; the key comes from the environment variable named in the settings."""
-    from openai import OpenAI
-
     if not settings.openai_base_url or not settings.openai_model:
         raise ValueError("the openai backend needs openai_base_url and openai_model")
-    client = OpenAI(base_url=settings.openai_base_url, api_key=os.environ.get(settings.openai_api_key_env, "none"))
-
-    def ask(prompt: str, schema: dict | None) -> str:
-        extra = {}
-        if schema is not None:
-            extra["response_format"] = {"type": "json_schema", "json_schema": {"name": "config", "schema": schema}}
-        response = client.chat.completions.create(
-            model=settings.openai_model,
-            messages=[{"role": "user", "content": prompt}],
-            max_tokens=settings.max_tokens,
-            temperature=settings.temperature,
-            **extra,
-        )
-        return response.choices[0].message.content or ""
-
-    return ask
+    chat = openai_chat(
+        settings.openai_base_url,
+        settings.openai_model,
+        settings.openai_api_key_env,
+        settings.max_tokens,
+        settings.temperature,
+    )
+    return lambda prompt, schema: chat([prompt], schema)[0]
 
 
 @ray.remote(num_cpus=0)

@@ -3,9 +3,9 @@ endpoint) on fixed instances, scored into a failure table."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
+from actors.chat import openai_chat, serve_chat
 from env.benchmark import Suite, parse_id
 from env.evaluate import RewardConfig, Verdict, evaluate
 from env.instance import Instance, read_instances
@@ -28,31 +28,12 @@ Answerer = Callable[[list[str]], list[str]]  # prompts (user messages) -> answer
 
 def serve_answerer(handle, max_tokens: int) -> Answerer:
     """Greedy answers of a Serve deployment of this project."""
-    sampling = {"n": 1, "temperature": 0.0, "max_tokens": max_tokens}
-
-    def answer(prompts: list[str]) -> list[str]:
-        conversations = [[{"role": "user", "content": p}] for p in prompts]
-        return [r["samples"][0]["text"] for r in handle.generate_chat.remote(conversations, sampling).result()]
-
-    return answer
+    return serve_chat(handle, max_tokens, temperature=0.0)
 
 
 def openai_answerer(base_url: str, model: str, key_env: str, max_tokens: int) -> Answerer:
     """Greedy answers of any OpenAI-compatible chat endpoint (one request per prompt)."""
-    from openai import OpenAI
-
-    client = OpenAI(base_url=base_url, api_key=os.environ.get(key_env, "none"))
-
-    def answer(prompts: list[str]) -> list[str]:
-        replies = []
-        for prompt in prompts:
-            response = client.chat.completions.create(
-                model=model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0
-            )
-            replies.append(response.choices[0].message.content or "")
-        return replies
-
-    return answer
+    return openai_chat(base_url, model, key_env, max_tokens, temperature=0.0)
 
 
 def score_answers(
