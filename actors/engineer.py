@@ -184,11 +184,11 @@ def openai_backend(settings: EngineerSettings) -> Callable[[str, dict | None], s
 class Engineer:
     """The engineer as a Ray actor: holds its settings and backend, proposes one config per round."""
 
-    def __init__(self, settings: dict, policy_deployment: str = "policy"):
+    def __init__(self, settings: dict, policy_deployment: str = "policy", base_deployment: str = "base"):
         self.settings = EngineerSettings(**settings)
         self.ask = None
         if self.settings.backend in ("policy", "base"):
-            name = policy_deployment if self.settings.backend == "policy" else "base"
+            name = policy_deployment if self.settings.backend == "policy" else base_deployment
             self.ask = serve_backend(name, self.settings)
         elif self.settings.backend == "openai":
             self.ask = openai_backend(self.settings)

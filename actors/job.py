@@ -21,7 +21,7 @@ from actors.checkpoint import latest
 from actors.engineer import Decision, Engineer
 from actors.engineer_context import EngineerInputs, FailedCase, RoundRecord
 from actors.settings import RunConfig
-from actors.validation import suite_instances, validate
+from actors.validation import Validator, suite_instances
 from env.benchmark import BENCHMARK, VALIDATION, score
 from env.config import EnvConfig, load_config, random_config, save_config
 from env.render import ansi
@@ -65,17 +65,29 @@ def failed_cases(instances, verdicts, answers, count: int) -> list[FailedCase]:
     return cases
 
 
-def start_engineer(config: RunConfig, policy_name: str, initial_model: str):
+def start_engineer(config: RunConfig, trainer, initial_model: str):
     """The engineer actor (and, for the ``base`` backend, a frozen deployment of the initial model)."""
+    base = config.app_name("base")
     if config.engineer.backend == "base":
         from serving.deployment import deploy
 
-        deploy(config.serving_config().model_copy(update={"model": initial_model}), "base", "/base", False)
-    return Engineer.remote(config.engineer.model_dump(), policy_name)
+        deploy(config.serving_config().model_copy(update={"model": initial_model}), base, f"/{base}", False)
+    options = {"name": "engineer", "namespace": trainer.namespace}
+    return Engineer.options(**options).remote(config.engineer.model_dump(), trainer.policy.name, base)
 
 
-def run_job(config: RunConfig, out: str | Path, log: Log = print) -> dict[str, Any]:
-    """Run (or resume) the main job in ``out``; returns the final benchmark table as a dict. Needs Ray."""
+def stop_engineer(config: RunConfig) -> None:
+    if config.engineer.backend == "base":
+        from serving.deployment import undeploy
+
+        undeploy(config.app_name("base"))
+
+
+def run_job(
+    config: RunConfig, out: str | Path, log: Log = print, on_round: Callable[[int, dict], None] | None = None
+) -> dict[str, Any]:
+    """Run (or resume) the main job in ``out``; returns the final benchmark table as a dict. Needs Ray.
+    ``on_round(k, summary)`` gets each round's validation summary (a sweep reports it to Tune)."""
     from actors.trainer import Trainer
 
     out = Path(out)
@@ -85,11 +97,12 @@ def run_job(config: RunConfig, out: str | Path, log: Log = print) -> dict[str, A
     train_config = config.model_copy(update={"model": model, "run_dir": str(out), "env": round0(config)})
     trainer = Trainer(train_config)
     validation = suite_instances(VALIDATION, config.validation.agents, config.validation.per_cell)
+    validator = Validator.options(name="validator", namespace=trainer.namespace).remote(trainer.policy.name)
     history: list[RoundRecord] = []
     try:
         if trainer.resume():
             log(f"resumed from {latest(out)}")
-        engineer = start_engineer(config, trainer.policy.name, model)
+        engineer = start_engineer(config, trainer, model)
         for k in range(config.rounds):
             folder = out / f"round_{k}"
             config_path = folder / "env_config.yaml"
@@ -98,14 +111,20 @@ def run_job(config: RunConfig, out: str | Path, log: Log = print) -> dict[str, A
             env = load_config(config_path)
             if trainer.state.round <= k:
                 train_with_progress(trainer, k, env, config.grpo.steps_per_round, log)
-            table = validation_report(folder, trainer, validation, config, log, k)
+            table = validation_report(folder, validator, validation, config, log, k)
+            trainer.telemetry.validation(k, table.summary())
+            if on_round:
+                on_round(k, table.summary())
             history.append(RoundRecord(k, env, table))
             if k + 1 < config.rounds and not (out / f"round_{k + 1}" / "env_config.yaml").exists():
                 decision = engineer_step(config, trainer, env, table, history, folder, engineer, k)
+                trainer.telemetry.decision(decision.backend, bool(decision.changes), decision.fallback is not None)
                 save_config(decision.config, out / f"round_{k + 1}" / "env_config.yaml")
                 log(f"round {k}: engineer ({decision.backend}) -> {decision.changes or 'no change'}")
-        final = benchmark_report(out, trainer, config, log)
+        final = benchmark_report(out, validator, config, log)
     finally:
+        ray.kill(validator)
+        stop_engineer(config)
         trainer.shutdown()
     from actors.report import write_report
 
@@ -128,11 +147,11 @@ def train_with_progress(trainer, k: int, env: EnvConfig, steps: int, log: Log) -
         trainer.train_round(k, env, on_step=on_step)
 
 
-def validation_report(folder: Path, trainer, instances, config: RunConfig, log: Log, k: int) -> FailureTable:
+def validation_report(folder: Path, validator, instances, config: RunConfig, log: Log, k: int) -> FailureTable:
     path = folder / "validation.json"
     if path.exists():
         return FailureTable.from_dict(json.loads(path.read_text())["table"])
-    table, verdicts, answers = validate(trainer.policy.handle, instances, config.validation.max_tokens)
+    table, verdicts, answers = ray.get(validator.score.remote(instances, config.validation.max_tokens))
     cases = failed_cases(instances, verdicts, answers, config.engineer.context_settings().failed_examples)
     report = {
         "round": k,
@@ -162,13 +181,13 @@ def engineer_step(config, trainer, env, table, history, folder, engineer, k) -> 
     return ray.get(engineer.propose.remote(inputs, str(folder / "engineer")))
 
 
-def benchmark_report(out: Path, trainer, config: RunConfig, log: Log) -> dict[str, Any]:
+def benchmark_report(out: Path, validator, config: RunConfig, log: Log) -> dict[str, Any]:
     path = out / "final" / "benchmark.json"
     if path.exists():
         return json.loads(path.read_text())
     instances = suite_instances(BENCHMARK, config.benchmark.agents, config.benchmark.per_cell)
     log(f"benchmark: {len(instances)} instances")
-    _, verdicts, _ = validate(trainer.policy.handle, instances, config.benchmark.max_tokens)
+    _, verdicts, _ = ray.get(validator.score.remote(instances, config.benchmark.max_tokens))
     table = score(instances, {v.id: v for v in verdicts})
     path.parent.mkdir(parents=True, exist_ok=True)
     result = {"table": table.to_dict(), "markdown": table.to_markdown()}

@@ -272,14 +272,16 @@ class LearnerGroup:
     rank at once (returning rank 0's answer)."""
 
     def __init__(self, model: str, settings, resources, learning_rate: float, seed: int, micro_batch_size: int,
-                 reference: bool = False, warmup_steps: int = 0):  # fmt: skip
+                 reference: bool = False, warmup_steps: int = 0, namespace: str | None = None):  # fmt: skip
         options = {
             "num_cpus": resources.learner_cpus,
             "num_gpus": resources.learner_gpus,
             "max_restarts": 0,  # a learner that dies breaks the process group: the run resumes from a checkpoint
         }
+        if namespace:  # named learner-<rank> in the run's namespace, for the dashboard
+            options["namespace"] = namespace
         self.actors = [
-            Learner.options(**options).remote(
+            Learner.options(name=f"learner-{rank}" if namespace else None, **options).remote(
                 rank, resources.learners, model, settings.model_dump(), learning_rate, seed, warmup_steps
             )
             for rank in range(resources.learners)

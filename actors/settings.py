@@ -7,6 +7,7 @@ Every knob here ends up in a metric or a file of the run directory: GRPO knobs i
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,6 +23,12 @@ def small_maps(num_instances: int, seed: int = 0) -> EnvConfig:
     """2 agents on 3x3 and 4x4 maps, 20% holes, 30% needing a WAIT: the warm start's distribution."""
     knobs = SizeConfig(data_ratio=0.5, hole_ratio=0.2, wait_ratio=0.3)
     return EnvConfig(sizes={3: knobs, 4: knobs}, num_agents=2, num_instances=num_instances, seed=seed)
+
+
+def run_namespace(label: str) -> str:
+    """A Ray namespace of a run's own: its actors carry role names (``buffer``, ``rollout-0``,
+    ``learner-0``, ``engineer``, ``validator``) for the dashboard that never collide with another run's."""
+    return f"envengineer-{label or 'run'}-{uuid.uuid4().hex[:8]}"
 
 
 class _Settings(BaseModel):
@@ -90,6 +97,12 @@ class TrainConfig(_Settings):
     """A training run: the policy, the round's environment, and how to train it."""
 
     run_dir: str = Field("runs/default", description="metrics, TensorBoard events, checkpoints")
+    label: str = Field(
+        "",
+        max_length=64,
+        pattern=r"^[A-Za-z0-9_.-]*$",
+        description="run label: tags the live metrics and prefixes the Serve applications (a sweep sets one per trial)",
+    )
     model: str = Field(description="local Hugging Face folder of the initial policy")
     seed: int = Field(0, ge=0, description="seed of sampling, shuffling and initialisation")
     env: EnvConfig = Field(description="the round's environment configuration")
@@ -109,6 +122,10 @@ class TrainConfig(_Settings):
         """Logical CPUs the run's actors reserve (Serve replicas, learners, rollout workers)."""
         serving, r = self.serving_config(), self.resources
         return serving.num_cpus * serving.num_replicas + r.learners * r.learner_cpus + r.rollout_workers * r.worker_cpus
+
+    def app_name(self, role: str) -> str:
+        """The Serve application of a role (``policy``, ``base``) in this run: unique per label."""
+        return f"{self.label}-{role}" if self.label else role
 
     def serving_config(self):
         from serving.settings import ServingConfig

@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 from actors.learner import LearnerGroup
-from actors.settings import TrainConfig
+from actors.settings import TrainConfig, run_namespace
 from actors.validation import validate
 from env.generator import derive_seed, generate
 from env.instance import Instance
@@ -70,6 +70,7 @@ def run_sft(config: TrainConfig, out: str | Path, deployment: str = "sft", progr
     data = demonstrations(instances, tokenizer, sft.thinking)
     max_tokens = max(map(len, data["response_ids"])) + 16
 
+    deployment = config.app_name(deployment)
     policy = deploy(config.serving_config(), name=deployment, route_prefix=f"/{deployment}")
     report: dict[str, Any] = {"demonstrations": len(instances), "validation_instances": len(validation)}
     report["before"] = validate(policy.handle, validation, max_tokens)[0].summary() if validation else None
@@ -81,6 +82,7 @@ def run_sft(config: TrainConfig, out: str | Path, deployment: str = "sft", progr
         config.seed,
         config.grpo.micro_batch_size,
         warmup_steps=sft.warmup_steps,
+        namespace=run_namespace(f"{config.label}-sft" if config.label else "sft"),
     )
     rng = random.Random(derive_seed(config.seed, "sft-order"))
     losses = []

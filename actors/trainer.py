@@ -30,7 +30,8 @@ from actors.checkpoint import TrainState
 from actors.learner import LearnerGroup
 from actors.metrics import MetricsLog
 from actors.rollout_worker import RolloutWorker
-from actors.settings import TrainConfig
+from actors.settings import TrainConfig, run_namespace
+from actors.telemetry import Telemetry
 from env.config import EnvConfig, split_by_ratios
 from env.evaluate import FAILURE_CATEGORIES
 
@@ -44,8 +45,11 @@ class Trainer:
         self.config = config
         self.run_dir = Path(config.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.namespace = run_namespace(config.label)
+        self.telemetry = Telemetry(config.label)
         resources = config.resources
-        self.buffer = TrajectoryBuffer.remote()
+        deployment = config.app_name(deployment)
+        self.buffer = TrajectoryBuffer.options(name="buffer", namespace=self.namespace).remote()
         self.policy = deploy(config.serving_config(), name=deployment, route_prefix=f"/{deployment}")
         self.registry = registry_name_of(deployment)
         self.learners = LearnerGroup(
@@ -56,6 +60,7 @@ class Trainer:
             config.seed,
             config.grpo.micro_batch_size,
             reference=config.grpo.kl_coef > 0,
+            namespace=self.namespace,
         )
         worker_options = {
             "num_cpus": resources.worker_cpus,
@@ -64,7 +69,9 @@ class Trainer:
         }
         reward = config.grpo.reward.model_dump()
         self.workers = [
-            RolloutWorker.options(**worker_options).remote(i, deployment, self.buffer, reward)
+            RolloutWorker.options(name=f"rollout-{i}", namespace=self.namespace, **worker_options).remote(
+                i, deployment, self.buffer, reward
+            )
             for i in range(resources.rollout_workers)
         ]
         self.state = TrainState()
@@ -159,6 +166,7 @@ class Trainer:
             record = step_record(round_index, step, global_step, summaries, train, sync, times, trained_version)
             record["weight_version"] = self.state.version
             self.metrics.write(record, global_step)
+            self.telemetry.step(record)
             records.append(record)
             if on_step:
                 on_step(record)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import ray
+
 from actors.chat import openai_chat, serve_chat
 from env.benchmark import Suite, parse_id
 from env.evaluate import RewardConfig, Verdict, evaluate
@@ -57,3 +59,17 @@ def validate(
 ) -> tuple[FailureTable, list[Verdict], list[str]]:
     """``score_answers`` with the greedy answers of the deployment behind ``handle`` (a Serve handle)."""
     return score_answers(serve_answerer(handle, max_tokens), instances, reward)
+
+
+@ray.remote(num_cpus=0)
+class Validator:
+    """Greedy scoring of the served policy on fixed instances (held-out validation, the benchmark), off the
+    driver: named ``validator`` in the run's namespace."""
+
+    def __init__(self, deployment: str):
+        from ray import serve
+
+        self.handle = serve.get_deployment_handle(deployment, app_name=deployment)
+
+    def score(self, instances: list[Instance], max_tokens: int) -> tuple[FailureTable, list[Verdict], list[str]]:
+        return validate(self.handle, instances, max_tokens)

@@ -16,23 +16,27 @@ from env.config import ConfigError
 console = Console(stderr=True)
 
 
-def connect_ray(num_cpus: float = 0) -> None:
-    """Join the cluster in RAY_ADDRESS, else start a local one (dashboard on 127.0.0.1) with at least
-    ``num_cpus`` logical CPUs, so a small machine can still place every actor. Actor output goes to the
-    console only with ENVENGINEER_ACTOR_LOGS=1 (it is always in Ray's session logs)."""
+def connect_ray(num_cpus: float = 0, dashboard: bool = False) -> None:
+    """Join the cluster in RAY_ADDRESS, else start a local one with at least ``num_cpus`` logical CPUs, so
+    a small machine can still place every actor; with ``dashboard`` (off with ENVENGINEER_DASHBOARD=0) it
+    serves the Ray dashboard on 127.0.0.1. Actor output goes to the console only with
+    ENVENGINEER_ACTOR_LOGS=1 (it is always in Ray's session logs)."""
     import ray
 
     if os.environ.get("RAY_ADDRESS"):
         ray.init()
-    else:
-        cpus = max(os.cpu_count() or 1, math.ceil(num_cpus))
-        ray.init(
-            address="local",
-            num_cpus=cpus,
-            dashboard_host="127.0.0.1",
-            include_dashboard=False,
-            log_to_driver=bool(os.environ.get("ENVENGINEER_ACTOR_LOGS")),  # actor logs stay in Ray's session dir
-        )
+        return
+    cpus = max(os.cpu_count() or 1, math.ceil(num_cpus))
+    dashboard = dashboard and os.environ.get("ENVENGINEER_DASHBOARD", "1") != "0"
+    context = ray.init(
+        address="local",
+        num_cpus=cpus,
+        dashboard_host="127.0.0.1",
+        include_dashboard=dashboard,
+        log_to_driver=bool(os.environ.get("ENVENGINEER_ACTOR_LOGS")),  # actor logs stay in Ray's session dir
+    )
+    if dashboard and context.dashboard_url:
+        console.print(f"Ray dashboard: http://{context.dashboard_url}")
 
 
 def _load(config: Path, **overrides):
@@ -115,11 +119,34 @@ def run(
     except ConfigError as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from None
-    connect_ray(settings.required_cpus())
+    connect_ray(settings.required_cpus(), dashboard=True)
     started = time.perf_counter()
     final = run_job(settings, out, log=console.print)
     console.print(f"done in {time.perf_counter() - started:.0f} s: {out / 'report.md'}")
     print(final["markdown"])
+
+
+def tune_cmd(
+    sweep_file: Annotated[Path, typer.Argument(help="Sweep YAML (see configs/ablation-cpu.yaml).")],
+    out: Annotated[Path, typer.Option(help="Sweep directory: Tune's files, one run directory per trial, summary.")],
+    resume: Annotated[bool, typer.Option(help="Continue the sweep in --out; finished trials are not rerun.")] = False,
+) -> None:
+    """A Ray Tune sweep whose trials are whole runs of the main job (variants x seeds); writes
+    summary.md, summary.csv and summary.png. Joins RAY_ADDRESS or starts a local Ray."""
+    from tune.sweep import load_sweep, run_sweep, trial_resources
+
+    try:
+        sweep = load_sweep(sweep_file)
+    except ConfigError as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from None
+    if (out / "tune").exists() and not resume:
+        console.print(f"[red]error:[/red] {out} holds a sweep; pass --resume to continue it or choose another --out")
+        raise typer.Exit(2)
+    connect_ray(max(trial_resources(c)["CPU"] for c in sweep.configs.values()), dashboard=True)
+    summary = run_sweep(sweep, out, resume=resume, log=console.print)
+    console.print(f"summary: {summary}")
+    print(summary.read_text())
 
 
 def eval_cmd(
@@ -163,6 +190,7 @@ def eval_cmd(
 
 def register(app: typer.Typer) -> None:
     app.command("eval")(eval_cmd)
+    app.command("tune")(tune_cmd)
     app.command()(sft)
     app.command()(train)
     app.command()(run)

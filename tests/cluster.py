@@ -61,15 +61,28 @@ def use_token_auth(folder: Path) -> None:
     os.environ["RAY_AUTH_TOKEN_PATH"] = str(token)
 
 
-def start_ray_head(temp_dir: Path, num_cpus: int = 4) -> tuple[subprocess.Popen, str]:
+def start_ray_head(
+    temp_dir: Path, num_cpus: int = 4, dashboard_port: int | None = None, metrics_port: int | None = None
+) -> tuple[subprocess.Popen, str]:
     """``ray start --head --block`` in a new session with its own temp folder (so the host's default
-    ``/tmp/ray`` keeps no pointer to it); returns (process, address)."""
+    ``/tmp/ray`` keeps no pointer to it), the dashboard on 127.0.0.1:``dashboard_port`` if given, the
+    node's Prometheus metrics on ``metrics_port`` if given, and this venv's commands on its PATH (for job
+    entrypoints); returns (process, address)."""
     port = free_port()
     command = [
         str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", f"--num-cpus={num_cpus}",
-        f"--temp-dir={temp_dir}", "--dashboard-host=127.0.0.1", "--include-dashboard=false",
+        f"--temp-dir={temp_dir}", "--dashboard-host=127.0.0.1",
     ]  # fmt: skip
-    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if dashboard_port:
+        command += ["--include-dashboard=true", f"--dashboard-port={dashboard_port}"]
+    else:
+        command += ["--include-dashboard=false"]
+    if metrics_port:
+        command += [f"--metrics-export-port={metrics_port}"]
+    environment = os.environ | {"PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    process = subprocess.Popen(
+        command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment
+    )
     address = f"127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

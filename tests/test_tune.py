@@ -1,0 +1,107 @@
+"""Sweeps: the pure parts (merging, resources, concurrency, loading) and a real 2-trial Ray Tune sweep of
+the main job on the tiny warm-started policy, resumed without rerunning its finished trials."""
+
+import csv
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from actors.metrics import read_metrics
+from env.config import ConfigError
+from tests.cluster import BIN
+from tests.test_job import job_config
+from tune.sweep import concurrency, load_sweep, merge, trial_bundles, trial_resources
+
+
+def write_sweep(folder, base: dict, **sweep) -> str:
+    (folder / "base.yaml").write_text(yaml.safe_dump(base))
+    path = folder / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"base": "base.yaml"} | sweep))
+    return str(path)
+
+
+def test_merge_is_nested_and_leaves_its_inputs_alone():
+    base = {"grpo": {"group_size": 8, "max_tokens": 64}, "rounds": 3}
+    merged = merge(base, {"grpo": {"group_size": 4}, "rounds": 1})
+    assert merged == {"grpo": {"group_size": 4, "max_tokens": 64}, "rounds": 1}
+    assert base["grpo"]["group_size"] == 8
+
+
+def test_trials_get_their_variant_seed_label_and_placement_group(tmp_path):
+    path = write_sweep(
+        tmp_path,
+        job_config("tiny"),
+        overrides={"resources": {"learners": 2, "rollout_workers": 3}},
+        variants={
+            "base-V1": {"engineer": {"backend": "base", "preset": "V1"}},
+            "plr": {"engineer": {"backend": "plr"}},
+        },
+        seeds=[0, 7],
+    )
+    sweep = load_sweep(path)
+    assert sorted(sweep.configs) == [("base-V1", 0), ("base-V1", 7), ("plr", 0), ("plr", 7)]
+    config = sweep.configs["plr", 7]
+    assert (config.engineer.backend, config.seed, config.env.seed, config.label) == ("plr", 7, 7, "plr-s7")
+    assert sweep.configs["base-V1", 0].engineer.preset == "V1"
+    assert trial_bundles(config) == [{}, {"CPU": 1.0}, {"CPU": 1.0}] + [{"CPU": 0.25}] * 3
+    assert trial_resources(config) == {"CPU": 1.0 + 2.0 + 0.75}  # one Serve replica + learners + workers
+    assert trial_resources(sweep.configs["base-V1", 0]) == {"CPU": 2.0 + 2.0 + 0.75}  # + the frozen base
+    assert sweep.trial_config("plr", 0, model="/m").model == "/m"
+
+
+def test_concurrency_follows_the_cluster_and_its_largest_trial():
+    needs = [{"CPU": 2.5}, {"CPU": 4.0, "GPU": 2.0}]
+    assert concurrency({"CPU": 16, "GPU": 8}, needs) == 4
+    assert concurrency({"CPU": 16, "GPU": 2}, needs) == 1
+    assert concurrency({"CPU": 2}, needs) == 1  # never 0: one trial at a time on a small machine
+
+
+@pytest.mark.parametrize(
+    "variants, message",
+    [
+        ({"x": {"engineer": {"backend": "oracle"}}}, "variant 'x'"),
+        ({"x": {"grpo": {"bogus": 1}}}, "bogus"),
+        ({}, "variants"),
+    ],
+)
+def test_bad_sweeps_are_clear_errors(tmp_path, variants, message):
+    path = write_sweep(tmp_path, job_config("tiny"), variants=variants)
+    with pytest.raises(ConfigError, match=message):
+        load_sweep(path)
+
+
+def test_two_trial_sweep_writes_the_summary_and_resumes_without_rerunning(warm_model, ray_cluster, tmp_path):
+    model, _ = warm_model
+    base = merge(job_config(model), {"rounds": 2, "grpo": {"steps_per_round": 1}, "checkpoint": {"every_steps": 0}})
+    variants = {"fixed": {"engineer": {"backend": "fixed"}}, "heuristic": {"engineer": {"backend": "heuristic"}}}
+    path = write_sweep(tmp_path, base, variants=variants, seeds=[3], shared_warm_start=False)
+    out = tmp_path / "sweep"
+    command = [str(BIN / "envengineer"), "tune", path, "--out", str(out)]
+    environment = os.environ | {"RAY_ADDRESS": ray_cluster}
+    first = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=1200)
+    assert first.returncode == 0, first.stderr[-4000:]
+
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    trials = [(r["variant"], r["seed"], r["status"]) for r in rows]
+    assert trials == [("fixed", "3", "done"), ("heuristic", "3", "done")]
+    for row in rows:
+        assert 0.0 <= float(row["acc_sum_3"]) <= 1.0 and 0.0 <= float(row["valid_r0"]) <= 1.0
+    summary = (out / "summary.md").read_text()
+    assert "| fixed | 3 | done |" in summary and "| heuristic | 3 | done |" in summary and "3 agents" in summary
+    assert (out / "summary.png").stat().st_size > 0
+    assert list((out / "tune").glob("experiment_state-*.json")), "Tune's experiment state"
+    assert len(list((out / "tune").glob("*/result.json"))) == 2, "one Tune result file per trial"
+    for trial in ("fixed-s3", "heuristic-s3"):
+        assert (out / "runs" / trial / "final" / "benchmark.json").exists()
+        assert yaml.safe_load((out / "runs" / trial / "run_config.yaml").read_text())["label"] == trial
+    metrics = {t: read_metrics(out / "runs" / t / "metrics.jsonl") for t in ("fixed-s3", "heuristic-s3")}
+    assert all(len(m) == 2 for m in metrics.values())
+
+    refused = subprocess.run(command, env=environment, capture_output=True, text=True)
+    assert refused.returncode == 2 and "--resume" in refused.stderr
+    again = subprocess.run([*command, "--resume"], env=environment, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-4000:]
+    assert {t: read_metrics(out / "runs" / t / "metrics.jsonl") for t in metrics} == metrics  # nothing rerun
+    assert "| fixed | 3 | done |" in again.stdout

@@ -1,0 +1,129 @@
+"""A sweep's summary, read from its trials' run directories: one row per trial (final benchmark acc./opt.
+Sum per agent count, validation valid/optimal rate per round), a mean +- std table per variant, as
+markdown and CSV, and a plot comparing the variants."""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from tune.sweep import Sweep, trial_name
+
+
+def trial_row(run_dir: Path, variant: str, seed: int) -> dict[str, Any]:
+    """A trial's figures from its run directory (what is missing is left out)."""
+    row: dict[str, Any] = {"variant": variant, "seed": seed}
+    for folder in sorted(run_dir.glob("round_*"), key=lambda p: int(p.name.split("_")[1])):
+        report = folder / "validation.json"
+        if report.exists():
+            summary = json.loads(report.read_text())["summary"]
+            k = folder.name.split("_")[1]
+            row[f"valid_r{k}"] = summary["valid_rate"]
+            row[f"optimal_r{k}"] = summary["optimal_rate"]
+    benchmark = run_dir / "final" / "benchmark.json"
+    row["status"] = "done" if benchmark.exists() else "incomplete"
+    if benchmark.exists():
+        for agents, table in json.loads(benchmark.read_text())["table"].items():
+            row[f"acc_sum_{agents}"] = table["sum"]["acc"]
+            row[f"opt_sum_{agents}"] = table["sum"]["opt"]
+    return row
+
+
+def collect(out: Path, sweep: Sweep) -> list[dict[str, Any]]:
+    return [trial_row(out / "runs" / trial_name(v, s), v, s) for v, s in sweep.configs]
+
+
+def _columns(rows: list[dict[str, Any]], prefix: str) -> list[str]:
+    names = {key for row in rows for key in row if key.startswith(prefix)}
+    return sorted(names, key=lambda n: int(n.rsplit("_", 1)[1].lstrip("r")))
+
+
+def _pair(row: dict[str, Any], first: str, second: str) -> str:
+    if first not in row:
+        return "-"
+    return f"{row[first]:.2f}/{row[second]:.2f}"
+
+
+def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f}±{statistics.stdev(values):.2f}"
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    sums = [c.removeprefix("acc_sum_") for c in _columns(rows, "acc_sum_")]
+    rounds = [c.removeprefix("valid_r") for c in _columns(rows, "valid_r")]
+    head = ["variant", "seed", "status"] + [f"{a} agents acc/opt Sum" for a in sums]
+    head += [f"val. r{k} valid/opt" for k in rounds]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["variant"], str(row["seed"]), row["status"]]
+        cells += [_pair(row, f"acc_sum_{a}", f"opt_sum_{a}") for a in sums]
+        cells += [_pair(row, f"valid_r{k}", f"optimal_r{k}") for k in rounds]
+        lines.append("| " + " | ".join(cells) + " |")
+    variants = list(dict.fromkeys(row["variant"] for row in rows))
+    head = ["variant", "seeds done"] + [f"{a} agents acc Sum" for a in sums] + [f"{a} agents opt Sum" for a in sums]
+    head += [f"val. r{k} valid" for k in rounds]
+    lines += ["", "Mean ± std over seeds:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for variant in variants:
+        done = [r for r in rows if r["variant"] == variant and r["status"] == "done"]
+        mine = [r for r in rows if r["variant"] == variant]
+        cells = [variant, f"{len(done)}/{len(mine)}"]
+        cells += [_mean_std([r[f"acc_sum_{a}"] for r in done]) for a in sums]
+        cells += [_mean_std([r[f"opt_sum_{a}"] for r in done]) for a in sums]
+        cells += [_mean_std([r[f"valid_r{k}"] for r in mine if f"valid_r{k}" in r]) for k in rounds]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Left: final benchmark acc. Sum per agent count (mean over seeds, std as error bars) per variant;
+    right: validation valid rate per round (mean over seeds) per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    variants = list(dict.fromkeys(row["variant"] for row in rows))
+    sums = [c.removeprefix("acc_sum_") for c in _columns(rows, "acc_sum_")]
+    rounds = [c.removeprefix("valid_r") for c in _columns(rows, "valid_r")]
+    figure, (bars, curves) = plt.subplots(1, 2, figsize=(12, 4.5))
+    width = 0.8 / max(len(variants), 1)
+    for i, variant in enumerate(variants):
+        mine = [r for r in rows if r["variant"] == variant]
+        means, spreads = [], []
+        for a in sums:
+            values = [r[f"acc_sum_{a}"] for r in mine if f"acc_sum_{a}" in r]
+            means.append(statistics.mean(values) if values else 0.0)
+            spreads.append(statistics.stdev(values) if len(values) > 1 else 0.0)
+        bars.bar([j + i * width for j in range(len(sums))], means, width, yerr=spreads, label=variant)
+        points = [(int(k), [r[f"valid_r{k}"] for r in mine if f"valid_r{k}" in r]) for k in rounds]
+        points = [(k, statistics.mean(v)) for k, v in points if v]
+        curves.plot([k for k, _ in points], [v for _, v in points], marker="o", label=variant)
+    bars.set_xticks([j + 0.4 - width / 2 for j in range(len(sums))], [f"{a} agents" for a in sums])
+    bars.set(title="benchmark acc. Sum (mean over seeds)", ylabel="accuracy")
+    curves.set(title="validation valid rate by round", xlabel="round", ylabel="valid rate")
+    for axis in (bars, curves):
+        axis.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def write_summary(out: Path, sweep: Sweep) -> Path:
+    """Write ``summary.md``, ``summary.csv`` and ``summary.png`` in ``out``; returns the markdown's path."""
+    rows = collect(out, sweep)
+    columns = list(dict.fromkeys(key for row in rows for key in row))
+    with (out / "summary.csv").open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    plot(rows, out / "summary.png")
+    text = "# Sweep summary\n\n" + to_markdown(rows) + "\n![variants](summary.png)\n"
+    (out / "summary.md").write_text(text)
+    return out / "summary.md"

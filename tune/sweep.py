@@ -1,0 +1,209 @@
+"""Ray Tune sweeps: every trial is a whole run of the main job (rounds of GRPO -> validation -> engineer,
+then the benchmark) for one (variant, seed).
+
+A sweep file names a base run config, overrides for every trial, named variants (each a set of overrides:
+an engineer backend, a context preset, training details full or bookkeeping, ...) and seeds. The grid is
+variants x seeds. All trials start from one warm-started policy, built once by the sweep's driver.
+
+Each trial reserves a placement group for what it runs inside the cluster (its learners and rollout
+workers; the driver loop, buffer, engineer and validator need no CPU), and the sweep runs at most as many
+trials at once as the cluster holds, counting each trial's Serve replicas too (they live in Serve's own
+placement): nothing is oversubscribed. Files: ``DIR/tune/`` (Tune's experiment state and result files),
+``DIR/runs/<variant>-s<seed>/`` (each trial's run directory), ``DIR/summary.md|csv|png``. ``--resume``
+restores the experiment: finished trials are not rerun, unfinished and errored ones continue their run
+directory from its last completed step.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from actors.settings import RunConfig
+from env.config import ConfigError, format_errors
+
+
+class SweepConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    base: str = Field(description="run config every trial starts from (relative to the sweep file)")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="merged into the base for every trial")
+    variants: dict[str, dict[str, Any]] = Field(
+        min_length=1, description="name -> overrides merged on top (engineer backend, preset, context, ...)"
+    )
+    seeds: list[int] = Field([0], min_length=1, description="each variant runs once per seed")
+    max_concurrent_trials: int | None = Field(None, ge=1, description="none = as many as the cluster holds")
+    shared_warm_start: bool = Field(True, description="warm-start once in the driver; trials start from it")
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``update`` merged in, nested mappings key by key."""
+    merged = copy.deepcopy(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def trial_name(variant: str, seed: int) -> str:
+    return f"{variant}-s{seed}"
+
+
+class Sweep:
+    """A loaded sweep: its settings and the run config of every (variant, seed)."""
+
+    def __init__(self, settings: SweepConfig, base: dict[str, Any]):
+        self.settings = settings
+        self.base = merge(base, settings.overrides)
+        self.configs = {(v, s): self.trial_config(v, s) for v in settings.variants for s in settings.seeds}
+
+    def trial_config(self, variant: str, seed: int, model: str | None = None) -> RunConfig:
+        data = merge(self.base, self.settings.variants[variant]) | {"seed": seed, "label": trial_name(variant, seed)}
+        if isinstance(data.get("env"), dict):
+            data["env"]["seed"] = seed  # the seed draws the instances too
+        if model:
+            data |= {"model": model, "warm_start": False}
+        try:
+            return RunConfig.model_validate(data)
+        except ValidationError as error:
+            raise ConfigError(f"variant {variant!r}: {format_errors(error, 'run config')}") from None
+
+    def base_config(self) -> RunConfig:
+        return RunConfig.model_validate(self.base)
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read a sweep YAML and check every trial's run config (unknown keys anywhere are errors)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+        settings = SweepConfig.model_validate(data)
+        base_path = path.parent / settings.base
+        base = yaml.safe_load(base_path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"{path}: cannot read: {error}") from None
+    except ValidationError as error:
+        raise ConfigError(f"{path}: {format_errors(error, 'sweep config')}") from None
+    if not isinstance(base, dict):
+        raise ConfigError(f"{base_path}: expected a mapping at the top level")
+    return Sweep(settings, base)
+
+
+# ----------------------------------------------------------------------------------------------
+# Resources
+
+
+def trial_bundles(config: RunConfig) -> list[dict[str, float]]:
+    """The trial's placement group: an empty head bundle (the trial's driver loop) and one bundle per
+    learner and per rollout worker, exactly what those actors ask for."""
+    r = config.resources
+    learner = {"CPU": r.learner_cpus} | ({"GPU": r.learner_gpus} if r.learner_gpus else {})
+    return [{}] + [dict(learner) for _ in range(r.learners)] + [{"CPU": r.worker_cpus}] * r.rollout_workers
+
+
+def serve_resources(config: RunConfig) -> dict[str, float]:
+    """What the trial's Serve replicas take outside its placement group (a second, frozen deployment for
+    the ``base`` engineer)."""
+    serving = config.serving_config()
+    deployments = 2 if config.engineer.backend == "base" else 1
+    replicas = serving.num_replicas * deployments
+    return {"CPU": serving.num_cpus * replicas, "GPU": serving.num_gpus * replicas}
+
+
+def trial_resources(config: RunConfig) -> dict[str, float]:
+    """Everything one trial takes from the cluster."""
+    total = dict(serve_resources(config))
+    for bundle in trial_bundles(config):
+        for key, value in bundle.items():
+            total[key] = total.get(key, 0.0) + value
+    return {k: v for k, v in total.items() if v}
+
+
+def concurrency(cluster: dict[str, float], per_trial: list[dict[str, float]]) -> int:
+    """How many of the largest trials fit the cluster at once (at least 1)."""
+    largest: dict[str, float] = {}
+    for need in per_trial:
+        for key, value in need.items():
+            largest[key] = max(largest.get(key, 0.0), value)
+    fits = [math.floor(cluster.get(key, 0.0) / value + 1e-9) for key, value in largest.items() if value > 0]
+    return max(1, min(fits, default=1))
+
+
+# ----------------------------------------------------------------------------------------------
+# Running
+
+
+def run_trial(params: dict[str, Any], sweep: Sweep, out: str, model: str | None) -> None:
+    """Tune's trainable: one whole run of the main job, reporting each round's validation and the final
+    benchmark Sums. A restarted trial resumes its run directory."""
+    from ray import tune
+
+    from actors.job import run_job
+
+    variant, seed = params["variant"], params["seed"]
+    config = sweep.trial_config(variant, seed, model)
+    run_dir = Path(out) / "runs" / trial_name(variant, seed)
+
+    def on_round(k: int, summary: dict[str, Any]) -> None:
+        tune.report({"round": k, "valid_rate": summary["valid_rate"], "optimal_rate": summary["optimal_rate"]})
+
+    final = run_job(config, run_dir, log=lambda line: print(f"[{config.label}] {line}", flush=True), on_round=on_round)
+    sums = {f"acc_sum_{a}": row["sum"]["acc"] for a, row in final["table"].items()}
+    sums |= {f"opt_sum_{a}": row["sum"]["opt"] for a, row in final["table"].items()}
+    tune.report({"round": config.rounds, "done": True} | sums)
+
+
+def run_sweep(sweep: Sweep, out: str | Path, resume: bool = False, log=print) -> Path:
+    """Run (or resume) the sweep into ``out`` on the connected Ray cluster; returns the summary's path."""
+    import ray
+    from ray import tune
+
+    from actors.job import prepare_model
+    from serving.deployment import start_serve
+    from tune.summary import write_summary
+
+    out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    start_serve()  # on 127.0.0.1, before any trial deploys (a running Serve is kept as it is)
+    model = None
+    if sweep.settings.shared_warm_start:
+        model = prepare_model(sweep.base_config(), out / "shared", log)
+        log(f"all trials start from {model}")
+    configs = {key: sweep.trial_config(*key, model) for key in sweep.configs}
+    needs = [trial_resources(c) for c in configs.values()]
+    limit = sweep.settings.max_concurrent_trials or concurrency(ray.cluster_resources(), needs)
+    log(f"{len(configs)} trials, at most {limit} at once (one trial takes {max(needs, key=lambda n: n['CPU'])})")
+
+    def resources(params: dict[str, Any]):
+        return tune.PlacementGroupFactory(trial_bundles(configs[params["variant"], params["seed"]]), strategy="PACK")
+
+    trainable = tune.with_resources(
+        tune.with_parameters(run_trial, sweep=sweep, out=str(out), model=model), resources=resources
+    )
+    experiment = out / "tune"
+    if resume and tune.Tuner.can_restore(str(experiment)):
+        tuner = tune.Tuner.restore(str(experiment), trainable, resume_unfinished=True, resume_errored=True)
+    else:
+        if experiment.exists():
+            raise ConfigError(f"{experiment} holds a sweep; pass --resume to continue it or choose another --out")
+        tuner = tune.Tuner(
+            trainable,
+            param_space={
+                "variant": tune.grid_search(list(sweep.settings.variants)),
+                "seed": tune.grid_search(list(sweep.settings.seeds)),
+            },
+            tune_config=tune.TuneConfig(max_concurrent_trials=limit),
+            run_config=tune.RunConfig(name="tune", storage_path=str(out), verbose=1),
+        )
+    results = tuner.fit()
+    errors = [str(r.error).splitlines()[0] for r in results if r.error]
+    for error in errors:
+        log(f"trial failed: {error}")
+    return write_summary(out, sweep)
