@@ -79,7 +79,11 @@ def submitted_job(warm_model, tmp_path_factory):
             *entrypoint.split(),
         ]
         started = time.monotonic()
-        result = subprocess.run(submit, capture_output=True, text=True, timeout=1200)
+        for _ in range(30):  # the head's job agent registers a few seconds after the dashboard answers
+            result = subprocess.run(submit, capture_output=True, text=True, timeout=1200)
+            if "No available agent" not in result.stderr:
+                break
+            time.sleep(2)
         seconds = time.monotonic() - started
         time.sleep(5)  # one more scrape after the end
         done.set()
