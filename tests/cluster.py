@@ -66,12 +66,13 @@ def start_ray_head(
 ) -> tuple[subprocess.Popen, str]:
     """``ray start --head --block`` in a new session with its own temp folder (so the host's default
     ``/tmp/ray`` keeps no pointer to it), the dashboard on 127.0.0.1:``dashboard_port`` if given, the
-    node's Prometheus metrics on ``metrics_port`` if given, and this venv's commands on its PATH (for job
-    entrypoints); returns (process, address)."""
+    node's Prometheus metrics on ``metrics_port`` if given, its dashboard agent on a free port (the default
+    52365 is held by any other head on the host, which leaves job submission without an agent), and this
+    venv's commands on its PATH (for job entrypoints); returns (process, address)."""
     port = free_port()
     command = [
         str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", f"--num-cpus={num_cpus}",
-        f"--temp-dir={temp_dir}", "--dashboard-host=127.0.0.1",
+        f"--temp-dir={temp_dir}", "--dashboard-host=127.0.0.1", f"--dashboard-agent-listen-port={free_port()}",
     ]  # fmt: skip
     if dashboard_port:
         command += ["--include-dashboard=true", f"--dashboard-port={dashboard_port}"]

@@ -79,7 +79,7 @@ def submitted_job(warm_model, tmp_path_factory):
             *entrypoint.split(),
         ]
         started = time.monotonic()
-        for _ in range(30):  # the head's job agent registers a few seconds after the dashboard answers
+        for _ in range(10):  # the head's job agent registers a few seconds after the dashboard answers
             result = subprocess.run(submit, capture_output=True, text=True, timeout=1200)
             if "No available agent" not in result.stderr:
                 break
@@ -104,7 +104,7 @@ def test_ray_job_submit_runs_the_main_job_and_its_logs_read_back(submitted_job):
     status = subprocess.run(
         [str(BIN / "ray"), "job", "status", "--address", url, job_id], capture_output=True, text=True
     )
-    assert "SUCCEEDED" in status.stdout, status.stdout + status.stderr
+    assert "succeeded" in status.stdout.lower(), status.stdout + status.stderr
     logs = subprocess.run([str(BIN / "ray"), "job", "logs", "--address", url, job_id], capture_output=True, text=True)
     assert "round 0: validation valid" in logs.stdout and "round 1: validation valid" in logs.stdout
     assert "| 3 |" in logs.stdout  # the benchmark table
