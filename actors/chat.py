@@ -15,7 +15,9 @@ def serve_chat(handle, max_tokens: int, temperature: float) -> Chat:
 
     def chat(prompts: list[str], json_schema: dict | None = None) -> list[str]:
         conversations = [[{"role": "user", "content": p}] for p in prompts]
-        results = handle.generate_chat.remote(conversations, sampling, json_schema).result()
+        from serving.deployment import generate_chat
+
+        results = generate_chat(handle, conversations, sampling, json_schema)
         return [r["samples"][0]["text"] for r in results]
 
     return chat

@@ -5,7 +5,10 @@
 - ``buffer.pkl``: the buffer's failure table, taken steps and batches drawn ahead,
 - ``state.json``: the counters, written last: a folder without it is incomplete and ignored.
 
-``checkpoints/latest`` names the newest complete one.
+The newest complete one is where a run resumes. Files are written to a temporary name and renamed, so a
+write that fails (disk full, a killed process) leaves an incomplete folder that is ignored, and the
+previous checkpoint is only removed once a newer one is complete. A checkpoint that is complete but
+unreadable (corrupt files) makes ``Trainer.resume`` fall back to the one before it.
 """
 
 from __future__ import annotations
@@ -33,31 +36,48 @@ def folder_for(run_dir: str | Path, global_step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step-{global_step:06d}"
 
 
+class CheckpointError(RuntimeError):
+    """A run directory whose checkpoints cannot be written or read."""
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_bytes(data)
+    temporary.replace(path)
+
+
 def write(folder: Path, state: TrainState, buffer_state: dict, keep: int) -> None:
-    """Finish a checkpoint whose model and optimizer files the learners wrote into ``folder``."""
-    with open(folder / "buffer.pkl", "wb") as out:
-        pickle.dump(buffer_state, out)
-    (folder / "state.json").write_text(json.dumps(asdict(state), indent=1))
-    latest = folder.parent / "latest"
-    temporary = latest.with_suffix(".tmp")
-    temporary.write_text(folder.name)
-    temporary.replace(latest)  # atomic
-    complete = sorted(p for p in folder.parent.glob("step-*") if (p / "state.json").exists())
-    for old in complete[:-keep]:
+    """Finish a checkpoint whose model and optimizer files the learners wrote into ``folder``; then drop
+    all but the ``keep`` newest complete ones."""
+    try:
+        _write_atomic(folder / "buffer.pkl", pickle.dumps(buffer_state))
+        _write_atomic(folder / "state.json", json.dumps(asdict(state), indent=1).encode())
+    except OSError as error:
+        raise CheckpointError(
+            f"could not write checkpoint {folder}: {error}; the previous checkpoint ({latest(folder.parent.parent)}) "
+            "is kept"
+        ) from error
+    for old in complete(folder.parent.parent)[keep:]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def complete(run_dir: str | Path) -> list[Path]:
+    """The run's complete checkpoint folders (those with ``state.json``), newest first."""
+    folders = Path(run_dir, "checkpoints").glob("step-*")
+    return sorted((f for f in folders if (f / "state.json").exists()), reverse=True)
 
 
 def latest(run_dir: str | Path) -> Path | None:
     """The newest complete checkpoint folder, or None."""
-    pointer = Path(run_dir) / "checkpoints" / "latest"
-    if pointer.exists():
-        folder = pointer.parent / pointer.read_text().strip()
-        if (folder / "state.json").exists():
-            return folder
-    return None
+    folders = complete(run_dir)
+    return folders[0] if folders else None
 
 
 def read(folder: Path) -> tuple[TrainState, dict]:
-    state = TrainState(**json.loads((folder / "state.json").read_text()))
-    with open(folder / "buffer.pkl", "rb") as source:
-        return state, pickle.load(source)
+    """A checkpoint's counters and buffer state; ``CheckpointError`` if they are unreadable."""
+    try:
+        state = TrainState(**json.loads((folder / "state.json").read_text()))
+        with open(folder / "buffer.pkl", "rb") as source:
+            return state, pickle.load(source)
+    except (OSError, ValueError, TypeError, EOFError, pickle.UnpicklingError) as error:
+        raise CheckpointError(f"checkpoint {folder} is unreadable: {type(error).__name__}: {error}") from error

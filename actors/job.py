@@ -17,7 +17,6 @@ from typing import Any
 import ray
 import yaml
 
-from actors.checkpoint import latest
 from actors.engineer import Decision, Engineer
 from actors.engineer_context import EngineerInputs, FailedCase, RoundRecord
 from actors.settings import RunConfig
@@ -28,6 +27,8 @@ from env.render import ansi
 from env.stats import FailureTable
 
 Log = Callable[[str], None]
+# The engineer and the validator hold no state a restart loses: Ray restarts them and retries the call.
+RESTARTABLE = {"max_restarts": 2, "max_task_retries": 2}
 
 
 def prepare_model(config: RunConfig, out: Path, log: Log) -> str:
@@ -72,7 +73,7 @@ def start_engineer(config: RunConfig, trainer, initial_model: str):
         from serving.deployment import deploy
 
         deploy(config.serving_config().model_copy(update={"model": initial_model}), base, f"/{base}", False)
-    options = {"name": "engineer", "namespace": trainer.namespace}
+    options = {"name": "engineer", "namespace": trainer.namespace, **RESTARTABLE}
     return Engineer.options(**options).remote(config.engineer.model_dump(), trainer.policy.name, base)
 
 
@@ -97,11 +98,12 @@ def run_job(
     train_config = config.model_copy(update={"model": model, "run_dir": str(out), "env": round0(config)})
     trainer = Trainer(train_config)
     validation = suite_instances(VALIDATION, config.validation.agents, config.validation.per_cell)
-    validator = Validator.options(name="validator", namespace=trainer.namespace).remote(trainer.policy.name)
+    options = {"name": "validator", "namespace": trainer.namespace, **RESTARTABLE}
+    validator = Validator.options(**options).remote(trainer.policy.name)
     history: list[RoundRecord] = []
     try:
         if trainer.resume():
-            log(f"resumed from {latest(out)}")
+            log(f"resumed from {trainer.resumed_from}")
         engineer = start_engineer(config, trainer, model)
         for k in range(config.rounds):
             folder = out / f"round_{k}"

@@ -267,6 +267,11 @@ def merge_batches(batches: list[dict[str, list]]) -> dict[str, list]:
     return merged
 
 
+class LearnerGroupBroken(RuntimeError):
+    """A learner rank died, or failed while the others went on into a collective: the group cannot go on
+    (its process group is out of step); the run resumes from its last checkpoint."""
+
+
 class LearnerGroup:
     """Driver-side handle on the M learner actors: creates them, forms the process group, and calls every
     rank at once (returning rank 0's answer)."""
@@ -289,9 +294,30 @@ class LearnerGroup:
         address, port = ray.get(self.actors[0].rendezvous.remote())
         self.call("setup", address, port, micro_batch_size, resources.learner_threads, reference)
 
-    def call(self, method: str, *args, **kwargs):
-        results = ray.get([getattr(actor, method).remote(*args, **kwargs) for actor in self.actors])
-        return results[0]
+    def call(self, method: str, *args, grace_s: float = 10.0, **kwargs):
+        """Call ``method`` on every rank; rank 0's answer. A rank that dies, or fails while another is still
+        busy ``grace_s`` later (blocked in a collective that will never complete), breaks the group: it is
+        shut down and ``LearnerGroupBroken`` raised at once. A failure on every rank is raised as it is."""
+        refs = [getattr(actor, method).remote(*args, **kwargs) for actor in self.actors]
+        pending = refs
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            try:
+                ray.get(done)
+            except ray.exceptions.RayActorError as error:
+                self._break(method, "a learner rank died", error)
+            except ray.exceptions.RayTaskError as error:
+                if pending and ray.wait(pending, num_returns=len(pending), timeout=grace_s)[1]:
+                    self._break(method, f"a learner rank failed ({str(error).splitlines()[-1]})", error)
+                raise
+        return ray.get(refs[0])
+
+    def _break(self, method: str, what: str, cause: Exception):
+        self.shutdown()
+        raise LearnerGroupBroken(
+            f"{what} during {method}: the learner group is out of step and was stopped; "
+            "rerun with --resume to continue from the last checkpoint"
+        ) from cause
 
     def shutdown(self) -> None:
         for actor in self.actors:

@@ -21,6 +21,7 @@ from env.evaluate import RewardConfig, evaluate
 from env.generator import derive_seed, make_instance, sample_specs
 from env.prompt import render_prompt
 from env.stats import FailureTable, features
+from serving.deployment import generate_chat
 
 TRAJECTORY_FIELDS = (
     "group",  # index of the sample's instance in the batch (its GRPO group)
@@ -91,7 +92,7 @@ class RolloutWorker:
         sampled = time.perf_counter()
         conversations = [[{"role": "user", "content": render_prompt(i)}] for i in instances]
         seed = derive_seed(config.seed, round_index, step, self.worker_id, "sampling")
-        results = self.handle.generate_chat.remote(conversations, sampling | {"seed": seed}).result()
+        results = generate_chat(self.handle, conversations, sampling | {"seed": seed})
         generated = time.perf_counter()
         batch, table = build_batch(instances, results, self.reward)
         scored = time.perf_counter()

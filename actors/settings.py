@@ -81,6 +81,14 @@ class CheckpointSettings(_Settings):
     keep: int = Field(2, ge=1, description="checkpoints kept on disk")
 
 
+class NetworkSettings(_Settings):
+    """Where the run listens when it starts Ray and Serve itself (a cluster's own settings win when joined)."""
+
+    dashboard_host: str = Field("127.0.0.1", description="Ray dashboard bind address (0.0.0.0 exposes it)")
+    serve_host: str = Field("127.0.0.1", description="Serve's HTTP proxy (the OpenAI route) bind address")
+    serve_port: int = Field(8000, ge=1, le=65535, description="Serve's HTTP port")
+
+
 class SFTSettings(_Settings):
     """Warm start on solver demonstrations (prompt -> optimal plan in the answer format)."""
 
@@ -112,6 +120,7 @@ class TrainConfig(_Settings):
     resources: ResourceSettings = Field(default_factory=ResourceSettings)
     checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
     sft: SFTSettings = Field(default_factory=SFTSettings)
+    network: NetworkSettings = Field(default_factory=NetworkSettings)
 
     @model_validator(mode="after")
     def _check_serving(self) -> TrainConfig:

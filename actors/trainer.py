@@ -16,6 +16,7 @@ exactly the batches the interrupted run would have drawn.
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -27,7 +28,7 @@ import ray
 from actors import checkpoint
 from actors.buffer import TrajectoryBuffer
 from actors.checkpoint import TrainState
-from actors.learner import LearnerGroup
+from actors.learner import LearnerGroup, LearnerGroupBroken
 from actors.metrics import MetricsLog
 from actors.rollout_worker import RolloutWorker
 from actors.settings import TrainConfig, run_namespace
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 
 class Trainer:
     def __init__(self, config: TrainConfig, deployment: str = "policy"):
-        from serving.deployment import deploy, registry_name_of
+        from serving.deployment import deploy, registry_name_of, start_serve
 
         self.config = config
         self.run_dir = Path(config.run_dir)
@@ -49,6 +50,7 @@ class Trainer:
         self.telemetry = Telemetry(config.label)
         resources = config.resources
         deployment = config.app_name(deployment)
+        start_serve(config.network.serve_host, config.network.serve_port)  # kept as it is if already running
         self.buffer = TrajectoryBuffer.options(name="buffer", namespace=self.namespace).remote()
         self.policy = deploy(config.serving_config(), name=deployment, route_prefix=f"/{deployment}")
         self.registry = registry_name_of(deployment)
@@ -76,18 +78,26 @@ class Trainer:
         ]
         self.state = TrainState()
         self.metrics: MetricsLog | None = None
+        self.resumed_from: Path | None = None
 
     # ------------------------------------------------------------------------------------------
     # Checkpoints
 
     def resume(self) -> bool:
         """Continue from the newest complete checkpoint of the run directory (False if there is none)."""
-        folder = checkpoint.latest(self.run_dir)
-        if folder is None:
+        for folder in checkpoint.complete(self.run_dir):
+            try:
+                self.state, buffer_state = checkpoint.read(folder)
+                self.learners.call("load", str(folder))
+                break
+            except (checkpoint.CheckpointError, ray.exceptions.RayTaskError) as error:
+                log.warning("skipping checkpoint %s: %s", folder, str(error).splitlines()[-1])
+        else:
+            if checkpoint.complete(self.run_dir):
+                raise checkpoint.CheckpointError(f"no readable checkpoint in {self.run_dir / 'checkpoints'}")
             self.metrics = MetricsLog(self.run_dir, resume_after=-1)
             return False
-        self.state, buffer_state = checkpoint.read(folder)
-        self.learners.call("load", str(folder))
+        self.resumed_from = folder
         ray.get(self.buffer.load_state.remote(buffer_state))
         if self.state.version > 0:  # the deployment starts from the initial model: give it the learner's weights
             self._publish(self.state.version)
@@ -97,8 +107,18 @@ class Trainer:
 
     def save_checkpoint(self) -> Path:
         folder = checkpoint.folder_for(self.run_dir, self.state.global_step)
-        folder.mkdir(parents=True, exist_ok=True)
-        self.learners.call("save", str(folder))
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            self.learners.call("save", str(folder))
+        except (OSError, ray.exceptions.RayTaskError, LearnerGroupBroken) as error:
+            free = shutil.disk_usage(self.run_dir).free / 2**20
+            shutil.rmtree(folder, ignore_errors=True)  # incomplete: free its space, keep the previous one
+            cause = error.__cause__ if isinstance(error, LearnerGroupBroken) else error
+            message = f"could not write checkpoint {folder} ({free:.1f} MiB were free on its disk): "
+            message += f"{str(cause).splitlines()[-1]}; kept {checkpoint.latest(self.run_dir)}"
+            if isinstance(error, LearnerGroupBroken):
+                message += "; the learners stopped: free space, then rerun with --resume"
+            raise checkpoint.CheckpointError(message) from error
         buffer_state = ray.get(self.buffer.state.remote())
         checkpoint.write(folder, self.state, buffer_state, self.config.checkpoint.keep)
         return folder

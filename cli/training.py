@@ -16,10 +16,10 @@ from env.config import ConfigError
 console = Console(stderr=True)
 
 
-def connect_ray(num_cpus: float = 0, dashboard: bool = False) -> None:
+def connect_ray(num_cpus: float = 0, dashboard: bool = False, dashboard_host: str = "127.0.0.1") -> None:
     """Join the cluster in RAY_ADDRESS, else start a local one with at least ``num_cpus`` logical CPUs, so
     a small machine can still place every actor; with ``dashboard`` (off with ENVENGINEER_DASHBOARD=0) it
-    serves the Ray dashboard on 127.0.0.1. Actor output goes to the console only with
+    serves the Ray dashboard on ``dashboard_host``. Actor output goes to the console only with
     ENVENGINEER_ACTOR_LOGS=1 (it is always in Ray's session logs)."""
     import ray
 
@@ -31,7 +31,7 @@ def connect_ray(num_cpus: float = 0, dashboard: bool = False) -> None:
     context = ray.init(
         address="local",
         num_cpus=cpus,
-        dashboard_host="127.0.0.1",
+        dashboard_host=dashboard_host,
         include_dashboard=dashboard,
         log_to_driver=bool(os.environ.get("ENVENGINEER_ACTOR_LOGS")),  # actor logs stay in Ray's session dir
     )
@@ -49,6 +49,18 @@ def _load(config: Path, **overrides):
         raise typer.Exit(2) from None
 
 
+def ensure_writable(out: Path) -> None:
+    """Exit with a clear error (before any work starts) if ``out`` cannot be created and written."""
+    probe = out / ".write-probe"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as error:
+        console.print(f"[red]error:[/red] cannot write to the run directory {out}: {error.strerror or error}")
+        raise typer.Exit(2) from None
+
+
 def sft(
     config: Annotated[Path, typer.Option(help="Training YAML (its model, sft, deepspeed and resources sections).")],
     out: Annotated[Path, typer.Option(help="Folder for the warm-started model (Hugging Face format).")],
@@ -58,6 +70,7 @@ def sft(
     from actors.sft import run_sft
 
     settings = _load(config, model=model)
+    ensure_writable(out)
     connect_ray(settings.required_cpus())
 
     def progress(step: int, steps: int, epoch: int, loss: float) -> None:
@@ -82,6 +95,7 @@ def train(
     from actors.trainer import Trainer
 
     settings = _load(config, run_dir=run_dir)
+    ensure_writable(Path(settings.run_dir))
     connect_ray(settings.required_cpus())
     trainer = Trainer(settings)
     try:
@@ -108,7 +122,9 @@ def run(
     benchmark table, report.md and plots. Joins RAY_ADDRESS or starts a local Ray."""
     import time
 
+    from actors.checkpoint import CheckpointError
     from actors.job import run_job
+    from actors.learner import LearnerGroupBroken
     from actors.settings import load_run_config
 
     if (out / "run_config.yaml").exists() and not resume:
@@ -119,9 +135,15 @@ def run(
     except ConfigError as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(2) from None
-    connect_ray(settings.required_cpus(), dashboard=True)
+    ensure_writable(out)
+    connect_ray(settings.required_cpus(), dashboard=True, dashboard_host=settings.network.dashboard_host)
     started = time.perf_counter()
-    final = run_job(settings, out, log=console.print)
+    try:
+        final = run_job(settings, out, log=console.print)
+    except (CheckpointError, LearnerGroupBroken) as error:
+        console.print(f"[red]error:[/red] {error}")
+        console.print(f"the run stopped; `envengineer run {config} --out {out} --resume` continues it")
+        raise typer.Exit(1) from None
     console.print(f"done in {time.perf_counter() - started:.0f} s: {out / 'report.md'}")
     print(final["markdown"])
 
@@ -143,7 +165,9 @@ def tune_cmd(
     if (out / "tune").exists() and not resume:
         console.print(f"[red]error:[/red] {out} holds a sweep; pass --resume to continue it or choose another --out")
         raise typer.Exit(2)
-    connect_ray(max(trial_resources(c)["CPU"] for c in sweep.configs.values()), dashboard=True)
+    ensure_writable(out)
+    cpus = max(trial_resources(c)["CPU"] for c in sweep.configs.values())
+    connect_ray(cpus, dashboard=True, dashboard_host=sweep.base_config().network.dashboard_host)
     summary = run_sweep(sweep, out, resume=resume, log=console.print)
     console.print(f"summary: {summary}")
     print(summary.read_text())

@@ -106,7 +106,7 @@ def _error(error: Exception) -> JSONResponse:
     return JSONResponse(APIError(500, f"{type(error).__name__}: {error}", "server_error").body(), status_code=500)
 
 
-@serve.deployment(max_ongoing_requests=256)
+@serve.deployment
 @serve.ingress(api)
 class PolicyDeployment:
     async def __init__(self, config: dict[str, Any], registry_name: str | None = None):
@@ -213,6 +213,19 @@ class Policy:
         return publish_weights(self.registry, arrays, version, self.config.num_replicas, timeout_s)
 
 
+def generate_chat(handle, conversations: list, sampling: dict, json_schema: dict | None = None, attempts: int = 3):
+    """``generate_chat`` through a Serve handle, surviving a replica that dies under the request: Serve
+    starts a new replica (which loads the newest published weights before it serves) and the request goes
+    again with the same arguments and seed, so the answer is the one the dead replica would have given."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return handle.generate_chat.remote(conversations, sampling, json_schema).result()
+        except ray.exceptions.RayActorError as error:
+            if attempt == attempts:
+                raise
+            log.warning("replica died under a request (%s); sending it again", type(error).__name__)
+
+
 def registry_name_of(deployment: str) -> str:
     return f"{deployment}-weights"
 
@@ -246,6 +259,8 @@ def deploy(config: ServingConfig, name: str = "policy", route_prefix: str = "/",
     app = PolicyDeployment.options(
         name=name,
         num_replicas=config.num_replicas,
+        max_ongoing_requests=config.max_ongoing_requests,
+        max_queued_requests=config.max_queued_requests,
         ray_actor_options={
             "num_cpus": config.num_cpus,
             "num_gpus": config.num_gpus,
@@ -269,6 +284,12 @@ def undeploy(name: str = "policy") -> None:
     _kill_registry(registry_name_of(name))
 
 
-def start_serve(host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Start Serve's HTTP proxy (loopback by default) on an initialised Ray."""
-    serve.start(http_options={"host": host, "port": port})
+def start_serve(host: str = "127.0.0.1", port: int = 8000) -> bool:
+    """Start Serve's HTTP proxy (loopback by default) on an initialised Ray; a Serve already running on
+    the cluster is kept as it is (False)."""
+    try:
+        ray.get_actor("SERVE_CONTROLLER_ACTOR", namespace="serve")
+        return False
+    except ValueError:
+        serve.start(http_options={"host": host, "port": port})
+        return True

@@ -22,6 +22,10 @@ class ServingConfig(BaseModel):
     num_replicas: int = Field(1, ge=1, description="Serve replicas of the deployment")
     num_cpus: float = Field(1.0, gt=0, description="Ray CPUs reserved per replica")
     num_gpus: float = Field(0.0, ge=0, description="Ray GPUs per replica (0 on CPU machines)")
+    max_ongoing_requests: int = Field(256, ge=1, description="requests a replica works on at once (vLLM batches them)")
+    max_queued_requests: int = Field(
+        1024, ge=-1, description="requests queued per caller beyond those; more get HTTP 503 (-1 = no limit)"
+    )
     compile: bool = Field(False, description="torch.compile the model: slower start, faster decoding on larger models")
     logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] = Field(
         "raw_logprobs", description="behaviour logprobs: of the model's distribution, or after temperature/top-p"

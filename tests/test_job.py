@@ -11,6 +11,7 @@ import yaml
 
 from actors.metrics import read_metrics
 from tests.cluster import BIN
+from tests.reliability.record import record
 
 
 def job_config(model: str) -> dict:
@@ -53,8 +54,10 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
 
     refused = subprocess.run(command, env=environment, capture_output=True, text=True)
     assert refused.returncode == 2 and "--resume" in refused.stderr
+    started = time.monotonic()
     rerun = subprocess.run([*command, "--resume"], env=environment, capture_output=True, text=True, timeout=900)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
+    finished = time.monotonic() - started
     assert (out / "round_0" / "validation.json").read_text() == round0  # round 0 not redone
     steps = [(r["round"], r["step"]) for r in read_metrics(out / "metrics.jsonl")]
     assert steps == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
@@ -67,6 +70,10 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     table = json.loads((out / "final" / "benchmark.json").read_text())
     assert "| 3 |" in table["markdown"] and "| 3 |" in rerun.stdout
     assert "![validation](plots/validation_by_size.png)" in (out / "report.md").read_text()
+    record("driver (envengineer run) SIGKILLed in round 1 of 2",
+           "`--resume` kept round 0 (validation, engineer decision, round 1 config), resumed training from the "
+           "last checkpoint: every step once, then validation, benchmark and report", round(finished, 1),
+           "none (steps after the last checkpoint are redone with the same draws)")  # fmt: skip
 
 
 def test_eval_scores_an_openai_compatible_endpoint(policy, serve_port, tmp_path):

@@ -19,6 +19,7 @@ from actors.trainer import Trainer
 from env.generator import sample_specs
 from serving.settings import SamplingConfig
 from tests.cluster import BIN
+from tests.reliability.record import record
 from tests.test_serving import chat_prompts, hf_greedy
 
 EASY = small_maps(100)
@@ -131,8 +132,10 @@ def test_a_rollout_worker_killed_mid_step_is_replaced_and_nothing_counts_twice(w
         in_flight = trainer._launch(config.env, 0, 0, 0)
         time.sleep(1.0)
         assert 0 not in ray.get(trainer.buffer.ready.remote(0))  # its batch is not in yet
+        killed_at = time.monotonic()
         ray.kill(victim, no_restart=False)
         summaries = ray.get(in_flight)  # the task is retried on the restarted worker
+        recovery = time.monotonic() - killed_at
         (record,) = trainer.train_round(0, config.env)
         expected = config.grpo.prompts_per_step * config.grpo.group_size
         assert record["samples"] == expected == sum(s["samples"] for s in summaries)
@@ -140,6 +143,9 @@ def test_a_rollout_worker_killed_mid_step_is_replaced_and_nothing_counts_twice(w
         assert statistics["trajectories"] == expected == statistics["summary"]["responses"]
         drawn = [s.id for w in range(2) for s in sample_specs(config.env, 2, 0, 0, w)]
         assert sum(s["instances"] for s in summaries) == len(drawn)
+        record("rollout worker killed mid-step (before its batch reached the buffer)",
+               "Ray restarted the worker and retried collect: the same batch drawn again, the buffer counted "
+               "it once", round(recovery, 1))  # fmt: skip
     finally:
         trainer.shutdown()
 
@@ -166,8 +172,10 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint(warm_model, ray_cluste
     (killed_step,) = [r for r in read_metrics(metrics) if r["global_step"] == 2]
     assert checkpoint.latest(tmp_path / "run").name == "step-000002"
 
+    started = time.monotonic()
     rerun = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
+    finished = time.monotonic() - started
     assert "resumed at round 0, step 2" in rerun.stderr
     lines = read_metrics(metrics)
     assert [r["global_step"] for r in lines] == [0, 1, 2, 3]
@@ -176,3 +184,6 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint(warm_model, ray_cluste
     assert state.global_step == 4 and state.round == 1
     per_step = config.grpo.prompts_per_step * config.grpo.group_size
     assert buffer["trajectories"] == 4 * per_step and sorted(buffer["taken"]) == [0, 1, 2, 3]
+    record("driver (envengineer train) SIGKILLed during step 2 of 4",
+           "the rerun resumed from step-000002, redrew exactly the killed step's batch (same digests) and "
+           "finished: every step once, every trajectory once", round(finished, 1))  # fmt: skip

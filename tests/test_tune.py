@@ -89,6 +89,7 @@ def test_two_trial_sweep_writes_the_summary_and_resumes_without_rerunning(warm_m
     for row in rows:
         assert 0.0 <= float(row["acc_sum_3"]) <= 1.0 and 0.0 <= float(row["valid_r0"]) <= 1.0
     summary = (out / "summary.md").read_text()
+    print(summary)  # shown with -s: the sweep's table
     assert "| fixed | 3 | done |" in summary and "| heuristic | 3 | done |" in summary and "3 agents" in summary
     assert (out / "summary.png").stat().st_size > 0
     assert list((out / "tune").glob("experiment_state-*.json")), "Tune's experiment state"

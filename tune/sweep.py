@@ -171,7 +171,8 @@ def run_sweep(sweep: Sweep, out: str | Path, resume: bool = False, log=print) ->
 
     out = Path(out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    start_serve()  # on 127.0.0.1, before any trial deploys (a running Serve is kept as it is)
+    network = sweep.base_config().network
+    start_serve(network.serve_host, network.serve_port)  # before any trial deploys (a running Serve is kept)
     model = None
     if sweep.settings.shared_warm_start:
         model = prepare_model(sweep.base_config(), out / "shared", log)
