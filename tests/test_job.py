@@ -11,7 +11,7 @@ import yaml
 
 from actors.metrics import read_metrics
 from tests.cluster import BIN
-from tests.reliability.record import record
+from tests.reliability.record import record as record_fault
 
 
 def job_config(model: str) -> dict:
@@ -70,7 +70,7 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     table = json.loads((out / "final" / "benchmark.json").read_text())
     assert "| 3 |" in table["markdown"] and "| 3 |" in rerun.stdout
     assert "![validation](plots/validation_by_size.png)" in (out / "report.md").read_text()
-    record("driver (envengineer run) SIGKILLed in round 1 of 2",
+    record_fault("driver (envengineer run) SIGKILLed in round 1 of 2",
            "`--resume` kept round 0 (validation, engineer decision, round 1 config), resumed training from the "
            "last checkpoint: every step once, then validation, benchmark and report", round(finished, 1),
            "none (steps after the last checkpoint are redone with the same draws)")  # fmt: skip

@@ -19,7 +19,7 @@ from actors.trainer import Trainer
 from env.generator import sample_specs
 from serving.settings import SamplingConfig
 from tests.cluster import BIN
-from tests.reliability.record import record
+from tests.reliability.record import record as record_fault
 from tests.test_serving import chat_prompts, hf_greedy
 
 EASY = small_maps(100)
@@ -143,7 +143,7 @@ def test_a_rollout_worker_killed_mid_step_is_replaced_and_nothing_counts_twice(w
         assert statistics["trajectories"] == expected == statistics["summary"]["responses"]
         drawn = [s.id for w in range(2) for s in sample_specs(config.env, 2, 0, 0, w)]
         assert sum(s["instances"] for s in summaries) == len(drawn)
-        record("rollout worker killed mid-step (before its batch reached the buffer)",
+        record_fault("rollout worker killed mid-step (before its batch reached the buffer)",
                "Ray restarted the worker and retried collect: the same batch drawn again, the buffer counted "
                "it once", round(recovery, 1))  # fmt: skip
     finally:
@@ -184,6 +184,6 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint(warm_model, ray_cluste
     assert state.global_step == 4 and state.round == 1
     per_step = config.grpo.prompts_per_step * config.grpo.group_size
     assert buffer["trajectories"] == 4 * per_step and sorted(buffer["taken"]) == [0, 1, 2, 3]
-    record("driver (envengineer train) SIGKILLed during step 2 of 4",
+    record_fault("driver (envengineer train) SIGKILLed during step 2 of 4",
            "the rerun resumed from step-000002, redrew exactly the killed step's batch (same digests) and "
            "finished: every step once, every trajectory once", round(finished, 1))  # fmt: skip
