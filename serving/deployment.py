@@ -112,6 +112,7 @@ class PolicyDeployment:
     async def __init__(self, config: dict[str, Any], registry_name: str | None = None):
         self.config = ServingConfig(**config)
         self.engine = PolicyEngine(self.config)
+        self.registry_name = registry_name
         self.registry = ray.get_actor(registry_name, namespace=NAMESPACE) if registry_name else None
         self._follower: asyncio.Task | None = None
         if self.registry is not None:
@@ -133,6 +134,12 @@ class PolicyDeployment:
                 await self._sync(wait_s=30.0)
             except asyncio.CancelledError:
                 raise
+            except ray.exceptions.RayActorError:  # the registry was replaced (a redeploy): follow the new one
+                await asyncio.sleep(1.0)
+                try:
+                    self.registry = ray.get_actor(self.registry_name, namespace=NAMESPACE)
+                except ValueError:
+                    pass
             except Exception:  # keep serving and following; the learner's wait_loaded times out if this persists
                 log.exception("weight update failed")
                 await asyncio.sleep(1.0)
