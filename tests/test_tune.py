@@ -2,6 +2,7 @@
 the main job on the tiny warm-started policy, resumed without rerunning its finished trials."""
 
 import csv
+import json
 import os
 import subprocess
 
@@ -12,7 +13,8 @@ from actors.metrics import read_metrics
 from env.config import ConfigError
 from tests.cluster import BIN
 from tests.test_job import job_config
-from tune.sweep import concurrency, load_sweep, merge, trial_bundles, trial_resources
+from tune.summary import write_summary
+from tune.sweep import concurrency, load_sweep, merge, trial_bundles, trial_name, trial_resources
 
 
 def write_sweep(folder, base: dict, **sweep) -> str:
@@ -106,3 +108,31 @@ def test_two_trial_sweep_writes_the_summary_and_resumes_without_rerunning(warm_m
     assert again.returncode == 0, again.stderr[-4000:]
     assert {t: read_metrics(out / "runs" / t / "metrics.jsonl") for t in metrics} == metrics  # nothing rerun
     assert "| fixed | 3 | done |" in again.stdout
+
+
+def fake_trial(run_dir, sizes: dict[int, float], valid: list[float], acc: float) -> None:
+    """A finished trial's files as the main job writes them (configs, validation, benchmark)."""
+    for k, rate in enumerate(valid):
+        folder = run_dir / f"round_{k}"
+        folder.mkdir(parents=True)
+        config = {"sizes": {s: {"data_ratio": r, "hole_ratio": 0.1, "wait_ratio": 0.2} for s, r in sizes.items()}}
+        (folder / "env_config.yaml").write_text(yaml.safe_dump(config))
+        (folder / "validation.json").write_text(json.dumps({"summary": {"valid_rate": rate, "optimal_rate": rate / 2}}))
+    cells = {str(s): {"acc": acc, "opt": acc / 2, "n": 2} for s in range(3, 11)}
+    table = {"3": {"sizes": cells, "sum": {"acc": acc, "opt": acc / 2}}}
+    (run_dir / "final").mkdir()
+    (run_dir / "final" / "benchmark.json").write_text(json.dumps({"table": table}))
+
+
+def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seeds(tmp_path):
+    variants = {"fixed": {"engineer": {"backend": "fixed"}}, "plr": {"engineer": {"backend": "plr"}}}
+    sweep = load_sweep(write_sweep(tmp_path, job_config("tiny"), variants=variants, seeds=[0, 1]))
+    for variant, accs in (("fixed", (0.1, 0.3)), ("plr", (0.5, 0.5))):
+        for seed, acc in enumerate(accs):
+            fake_trial(tmp_path / "runs" / trial_name(variant, seed), {3: 0.5, 4: 0.5}, [0.1, 0.2], acc)
+    text = write_summary(tmp_path, sweep).read_text()
+    assert "**fixed** (2 seeds; acc./opt. in %)" in text
+    assert "| 3 | 20.0/10.0 |" in text and "| 20.0±14.1/10.0±7.1 |" in text  # mean over seeds; Sum with std
+    assert "| 50.0/25.0 |" in text and "| 50.0±0.0/25.0±0.0 |" in text
+    assert (tmp_path / "config_evolution.png").stat().st_size > 0
+    assert "| fixed | 2/2 |" in text

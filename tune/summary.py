@@ -1,6 +1,7 @@
 """A sweep's summary, read from its trials' run directories: one row per trial (final benchmark acc./opt.
 Sum per agent count, validation valid/optimal rate per round), a mean +- std table per variant, as
-markdown and CSV, and a plot comparing the variants."""
+markdown and CSV, a plot comparing the variants, the paper's per-size benchmark table per variant (mean
+over seeds) and the configurations' evolution by round."""
 
 from __future__ import annotations
 
@@ -47,12 +48,12 @@ def _pair(row: dict[str, Any], first: str, second: str) -> str:
     return f"{row[first]:.2f}/{row[second]:.2f}"
 
 
-def _mean_std(values: list[float]) -> str:
+def _mean_std(values: list[float], digits: int = 2) -> str:
     if not values:
         return "-"
     if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f}±{statistics.stdev(values):.2f}"
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f}±{statistics.stdev(values):.{digits}f}"
 
 
 def to_markdown(rows: list[dict[str, Any]]) -> str:
@@ -115,6 +116,66 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(figure)
 
 
+def benchmark_tables(out: Path, sweep: Sweep) -> str:
+    """The paper's table per variant: acc./opt. (%) per map size and agent count, mean over the finished
+    seeds; the Sum column (mean over sizes) also gives the std over seeds."""
+    lines = []
+    for variant in sweep.settings.variants:
+        tables = []
+        for seed in sweep.settings.seeds:
+            path = out / "runs" / trial_name(variant, seed) / "final" / "benchmark.json"
+            if path.exists():
+                tables.append(json.loads(path.read_text())["table"])
+        if not tables:
+            continue
+        sizes = sorted({int(size) for table in tables for row in table.values() for size in row["sizes"]})
+        lines += [f"**{variant}** ({len(tables)} seeds; acc./opt. in %)", ""]
+        lines += ["| agents | " + " | ".join(f"{s}x{s}" for s in sizes) + " | Sum |", "|---" * (len(sizes) + 2) + "|"]
+        for agents in tables[0]:
+            cells = []
+            for size in sizes:
+                found = [t[agents]["sizes"][str(size)] for t in tables if str(size) in t[agents]["sizes"]]
+                mean = {key: 100 * statistics.mean(f[key] for f in found) for key in ("acc", "opt")} if found else None
+                cells.append(f"{mean['acc']:.1f}/{mean['opt']:.1f}" if mean else "-")
+            sums = {key: [100 * t[agents]["sum"][key] for t in tables] for key in ("acc", "opt")}
+            cells.append(f"{_mean_std(sums['acc'], 1)}/{_mean_std(sums['opt'], 1)}")
+            lines.append(f"| {agents} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_config_evolution(out: Path, sweep: Sweep, path: Path) -> None:
+    """One panel per variant: the share of each map size in every round's config (mean over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import yaml
+
+    variants = list(sweep.settings.variants)
+    figure, axes = plt.subplots(1, len(variants), figsize=(3.2 * len(variants), 3.6), sharey=True, squeeze=False)
+    colours = plt.get_cmap("viridis")
+    for axis, variant in zip(axes[0], variants):
+        shares: dict[int, dict[int, list[float]]] = {}  # round -> size -> data ratios over seeds
+        for seed in sweep.settings.seeds:
+            for config_path in (out / "runs" / trial_name(variant, seed)).glob("round_*/env_config.yaml"):
+                k = int(config_path.parent.name.split("_")[1])
+                for size, knobs in yaml.safe_load(config_path.read_text())["sizes"].items():
+                    shares.setdefault(k, {}).setdefault(int(size), []).append(knobs["data_ratio"])
+        bottom = [0.0] * len(shares)
+        rounds = sorted(shares)
+        for size in range(3, 11):
+            heights = [sum(shares[k].get(size, [])) / max(len(sweep.settings.seeds), 1) for k in rounds]
+            axis.bar(rounds, heights, bottom=bottom, color=colours((size - 3) / 7), label=f"{size}x{size}")
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        axis.set(title=variant, xlabel="round", xticks=rounds)
+    axes[0][0].set_ylabel("data ratio (mean over seeds)")
+    axes[0][-1].legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
 def write_summary(out: Path, sweep: Sweep) -> Path:
     """Write ``summary.md``, ``summary.csv`` and ``summary.png`` in ``out``; returns the markdown's path."""
     rows = collect(out, sweep)
@@ -124,6 +185,9 @@ def write_summary(out: Path, sweep: Sweep) -> Path:
         writer.writeheader()
         writer.writerows(rows)
     plot(rows, out / "summary.png")
+    plot_config_evolution(out, sweep, out / "config_evolution.png")
     text = "# Sweep summary\n\n" + to_markdown(rows) + "\n![variants](summary.png)\n"
+    text += "\n## Benchmark per map size\n\n" + benchmark_tables(out, sweep)
+    text += "\n## Configurations by round\n\n![configs](config_evolution.png)\n"
     (out / "summary.md").write_text(text)
     return out / "summary.md"
