@@ -97,7 +97,7 @@ def run_job(
     model = prepare_model(config, out, log)
     train_config = config.model_copy(update={"model": model, "run_dir": str(out), "env": round0(config)})
     trainer = Trainer(train_config)
-    validation = suite_instances(VALIDATION, config.validation.agents, config.validation.per_cell)
+    validation = suite_instances(VALIDATION, config.validation.agents, config.validation.per_cell, config.validation.sizes)
     options = {"name": "validator", "namespace": trainer.namespace, **RESTARTABLE}
     validator = Validator.options(**options).remote(trainer.policy.name)
     history: list[RoundRecord] = []
@@ -187,7 +187,7 @@ def benchmark_report(out: Path, validator, config: RunConfig, log: Log) -> dict[
     path = out / "final" / "benchmark.json"
     if path.exists():
         return json.loads(path.read_text())
-    instances = suite_instances(BENCHMARK, config.benchmark.agents, config.benchmark.per_cell)
+    instances = suite_instances(BENCHMARK, config.benchmark.agents, config.benchmark.per_cell, config.benchmark.sizes)
     log(f"benchmark: {len(instances)} instances")
     _, verdicts, _ = ray.get(validator.score.remote(instances, config.benchmark.max_tokens))
     table = score(instances, {v.id: v for v in verdicts})

@@ -165,6 +165,7 @@ class EvalSettings(_Settings):
 
     agents: list[int] = Field(description="agent counts of the suite to use")
     per_cell: int | None = Field(None, ge=1, description="at most this many per (agents, size, wait) cell")
+    sizes: list[int] | None = Field(None, description="map sizes of the suite to use (default: all)")
     max_tokens: int = Field(192, ge=16)
 
 

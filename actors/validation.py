@@ -15,12 +15,19 @@ from env.prompt import render_prompt
 from env.stats import FailureTable
 
 
-def suite_instances(suite: Suite, agents: list[int], per_cell: int | None = None) -> list[Instance]:
-    """A suite's instances with these agent counts, at most ``per_cell`` per (agents, size, wait) cell."""
+def suite_instances(
+    suite: Suite, agents: list[int], per_cell: int | None = None, sizes: list[int] | None = None
+) -> list[Instance]:
+    """A suite's instances with these agent counts (and map sizes, if given), at most ``per_cell`` per
+    (agents, size, wait) cell."""
     chosen = []
     for instance in read_instances(suite.path):
         cell = parse_id(instance.id)
-        if instance.num_agents in agents and (per_cell is None or cell["index"] < per_cell):
+        if (
+            instance.num_agents in agents
+            and (sizes is None or cell["size"] in sizes)
+            and (per_cell is None or cell["index"] < per_cell)
+        ):
             chosen.append(instance)
     return chosen
 

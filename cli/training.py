@@ -178,6 +178,7 @@ def eval_cmd(
     suite: Annotated[str, typer.Option(help="benchmark or validation.")] = "benchmark",
     agents: Annotated[list[int] | None, typer.Option(help="Agent counts (default: all of the suite's).")] = None,
     per_cell: Annotated[int | None, typer.Option(help="At most this many instances per cell.")] = None,
+    sizes: Annotated[list[int] | None, typer.Option(help="Map sizes (default: all of the suite's).")] = None,
     max_tokens: Annotated[int, typer.Option(help="Longest answer.")] = 1024,
     base_url: Annotated[str | None, typer.Option(help="openai: the endpoint, e.g. http://127.0.0.1:8000/v1.")] = None,
     api_key_env: Annotated[str, typer.Option(help="openai: environment variable holding the key.")] = "OPENAI_API_KEY",
@@ -190,7 +191,7 @@ def eval_cmd(
     if suite not in SUITES:
         console.print(f"[red]error:[/red] unknown suite {suite!r} ({', '.join(SUITES)})")
         raise typer.Exit(2)
-    instances = suite_instances(SUITES[suite], agents or SUITES[suite].agent_counts, per_cell)
+    instances = suite_instances(SUITES[suite], agents or SUITES[suite].agent_counts, per_cell, sizes)
     if model.startswith("openai:"):
         if not base_url:
             console.print("[red]error:[/red] openai:NAME needs --base-url")

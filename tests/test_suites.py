@@ -56,3 +56,14 @@ def test_every_shipped_instance_round_trips_valid_and_optimal():
             assert verdict.valid and verdict.optimal, (instance.id, verdict.failure, verdict.detail)
             assert verdict.makespan == instance.optimal_makespan
             assert verdict.sum_of_costs >= instance.optimal_sum_of_costs
+
+
+def test_suite_instances_filter_agents_sizes_and_cells():
+    from actors.validation import suite_instances
+
+    chosen = suite_instances(VALIDATION, agents=[2], per_cell=2, sizes=[3, 5])
+    cells = [parse_id(i.id) for i in chosen]
+    assert {(c["agents"], c["size"]) for c in cells} == {(2, 3), (2, 5)}
+    assert all(c["index"] < 2 for c in cells)
+    assert len(chosen) == 2 * 3 * 2  # sizes x wait subsets x per_cell
+    assert len(suite_instances(VALIDATION, agents=[2])) > len(chosen)
