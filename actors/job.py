@@ -97,7 +97,9 @@ def run_job(
     model = prepare_model(config, out, log)
     train_config = config.model_copy(update={"model": model, "run_dir": str(out), "env": round0(config)})
     trainer = Trainer(train_config)
-    validation = suite_instances(VALIDATION, config.validation.agents, config.validation.per_cell, config.validation.sizes)
+    validation = suite_instances(
+        VALIDATION, config.validation.agents, config.validation.per_cell, config.validation.sizes
+    )
     options = {"name": "validator", "namespace": trainer.namespace, **RESTARTABLE}
     validator = Validator.options(**options).remote(trainer.policy.name)
     history: list[RoundRecord] = []
