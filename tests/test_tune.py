@@ -13,6 +13,7 @@ from actors.metrics import read_metrics
 from env.config import ConfigError
 from tests.cluster import BIN
 from tests.test_job import job_config
+from tune.costs import per_token_costs, step_rows
 from tune.summary import write_summary
 from tune.sweep import concurrency, load_sweep, merge, trial_bundles, trial_name, trial_resources
 
@@ -22,6 +23,23 @@ def write_sweep(folder, base: dict, **sweep) -> str:
     path = folder / "sweep.yaml"
     path.write_text(yaml.safe_dump({"base": "base.yaml"} | sweep))
     return str(path)
+
+
+def test_per_token_costs_sum_the_steps_of_every_run_under_a_folder(tmp_path):
+    def step(tokens, trained, generate, train):
+        times = {"generate": generate, "train": train, "sync": 0.5, "wall": generate + train + 0.5}
+        return {"samples": 4, "response_tokens": tokens, "train": {"train_tokens": trained}, "time": times}
+
+    for run, rows in {
+        "a": [step(100, 50, 1.0, 0.5)],
+        "b": [step(300, 0, 3.0, 0.0) | {"train": {"skipped": True}}],
+    }.items():
+        (tmp_path / "runs" / run).mkdir(parents=True)
+        (tmp_path / "runs" / run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    costs = per_token_costs(step_rows(tmp_path))
+    assert costs["steps"] == 2 and costs["generated_tokens_per_sample"] == 50
+    assert costs["generate_ms_per_token"] == 10.0 and costs["train_ms_per_token"] == 10.0
+    assert costs["step_s"] == 2.75 and costs["generate_share_of_step"] == 4.0 / 5.5
 
 
 def test_merge_is_nested_and_leaves_its_inputs_alone():
