@@ -5,6 +5,7 @@ import csv
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -154,3 +155,13 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     assert "| 50.0/25.0 |" in text and "| 50.0±0.0/25.0±0.0 |" in text
     assert (tmp_path / "config_evolution.png").stat().st_size > 0
     assert "| fixed | 2/2 |" in text
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_loads(path):
+    from actors.settings import load_run_config
+
+    if "variants" in yaml.safe_load(path.read_text()):
+        assert load_sweep(path).configs
+    else:
+        load_run_config(path)
