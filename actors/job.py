@@ -20,7 +20,7 @@ import yaml
 from actors.engineer import Decision, Engineer
 from actors.engineer_context import EngineerInputs, FailedCase, RoundRecord
 from actors.settings import RunConfig
-from actors.validation import Validator, suite_instances
+from actors.validation import Validator, eval_instances
 from env.benchmark import BENCHMARK, VALIDATION, score
 from env.config import EnvConfig, load_config, random_config, save_config
 from env.render import ansi
@@ -97,9 +97,7 @@ def run_job(
     model = prepare_model(config, out, log)
     train_config = config.model_copy(update={"model": model, "run_dir": str(out), "env": round0(config)})
     trainer = Trainer(train_config)
-    validation = suite_instances(
-        VALIDATION, config.validation.agents, config.validation.per_cell, config.validation.sizes
-    )
+    validation = eval_instances(VALIDATION, config.validation)
     options = {"name": "validator", "namespace": trainer.namespace, **RESTARTABLE}
     validator = Validator.options(**options).remote(trainer.policy.name)
     history: list[RoundRecord] = []
@@ -136,6 +134,25 @@ def run_job(
     return final
 
 
+def score_start(config: RunConfig, model: str, out: Path, log: Log) -> None:
+    """The starting policy, before any RL, on the run's validation and benchmark instances: written as a
+    round's ``validation.json`` (round -1) and a run's ``final/benchmark.json`` in ``out``; kept once done."""
+    from serving.deployment import deploy, undeploy
+
+    if (out / "final" / "benchmark.json").exists():
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    name = config.app_name("start")
+    deploy(config.serving_config().model_copy(update={"model": model}), name, f"/{name}", follow_updates=False)
+    validator = Validator.remote(name)
+    try:
+        validation_report(out, validator, eval_instances(VALIDATION, config.validation), config, log, -1)
+        benchmark_report(out, validator, config, log)
+    finally:
+        ray.kill(validator)
+        undeploy(name)
+
+
 def train_with_progress(trainer, k: int, env: EnvConfig, steps: int, log: Log) -> None:
     """Train round ``k`` with a progress bar over its steps and a line per step."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -165,7 +182,8 @@ def validation_report(folder: Path, validator, instances, config: RunConfig, log
     }
     path.write_text(json.dumps(report, indent=1))
     summary = table.summary()
-    log(f"round {k}: validation valid {summary['valid_rate']:.1%}, optimal {summary['optimal_rate']:.1%}")
+    when = f"round {k}" if k >= 0 else "before RL"
+    log(f"{when}: validation valid {summary['valid_rate']:.1%}, optimal {summary['optimal_rate']:.1%}")
     return table
 
 
@@ -189,7 +207,7 @@ def benchmark_report(out: Path, validator, config: RunConfig, log: Log) -> dict[
     path = out / "final" / "benchmark.json"
     if path.exists():
         return json.loads(path.read_text())
-    instances = suite_instances(BENCHMARK, config.benchmark.agents, config.benchmark.per_cell, config.benchmark.sizes)
+    instances = eval_instances(BENCHMARK, config.benchmark)
     log(f"benchmark: {len(instances)} instances")
     _, verdicts, _ = ray.get(validator.score.remote(instances, config.benchmark.max_tokens))
     table = score(instances, {v.id: v for v in verdicts})

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import ray
 
 from actors.chat import openai_chat, serve_chat
+from actors.settings import EvalSettings
 from env.benchmark import Suite, parse_id
 from env.evaluate import RewardConfig, Verdict, evaluate
 from env.instance import Instance, read_instances
@@ -30,6 +31,11 @@ def suite_instances(
         ):
             chosen.append(instance)
     return chosen
+
+
+def eval_instances(suite: Suite, settings: EvalSettings) -> list[Instance]:
+    """The suite instances a run's ``validation`` or ``benchmark`` settings select."""
+    return suite_instances(suite, settings.agents, settings.per_cell, settings.sizes)
 
 
 Answerer = Callable[[list[str]], list[str]]  # prompts (user messages) -> answers

@@ -106,8 +106,10 @@ def test_two_trial_sweep_writes_the_summary_and_resumes_without_rerunning(warm_m
 
     rows = list(csv.DictReader((out / "summary.csv").open()))
     trials = [(r["variant"], r["seed"], r["status"]) for r in rows]
-    assert trials == [("fixed", "3", "done"), ("heuristic", "3", "done")]
-    for row in rows:
+    assert trials == [("before RL", "-", "done"), ("fixed", "3", "done"), ("heuristic", "3", "done")]
+    assert 0.0 <= float(rows[0]["valid_r-1"]) <= 1.0 and 0.0 <= float(rows[0]["acc_sum_3"]) <= 1.0
+    for row in rows[1:]:  # every trial starts from the model scored before RL (its round -1)
+        assert row["valid_r-1"] == rows[0]["valid_r-1"]
         assert 0.0 <= float(row["acc_sum_3"]) <= 1.0 and 0.0 <= float(row["valid_r0"]) <= 1.0
     summary = (out / "summary.md").read_text()
     print(summary)  # shown with -s: the sweep's table
@@ -139,7 +141,7 @@ def fake_trial(run_dir, sizes: dict[int, float], valid: list[float], acc: float)
         (folder / "validation.json").write_text(json.dumps({"summary": {"valid_rate": rate, "optimal_rate": rate / 2}}))
     cells = {str(s): {"acc": acc, "opt": acc / 2, "n": 2} for s in range(3, 11)}
     table = {"3": {"sizes": cells, "sum": {"acc": acc, "opt": acc / 2}}}
-    (run_dir / "final").mkdir()
+    (run_dir / "final").mkdir(parents=True)
     (run_dir / "final" / "benchmark.json").write_text(json.dumps({"table": table}))
 
 
@@ -149,8 +151,13 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     for variant, accs in (("fixed", (0.1, 0.3)), ("plr", (0.5, 0.5))):
         for seed, acc in enumerate(accs):
             fake_trial(tmp_path / "runs" / trial_name(variant, seed), {3: 0.5, 4: 0.5}, [0.1, 0.2], acc)
+    start = tmp_path / "shared" / "start"  # the starting policy, scored once by the sweep
+    fake_trial(start, {3: 1.0}, [], 0.04)
+    (start / "validation.json").write_text(json.dumps({"summary": {"valid_rate": 0.06, "optimal_rate": 0.02}}))
     text = write_summary(tmp_path, sweep).read_text()
-    assert "**fixed** (2 seeds; acc./opt. in %)" in text
+    assert "**fixed** (2 seeds; acc./opt. in %)" in text and "**before RL** (1 model; acc./opt. in %)" in text
+    assert "| before RL | - | done | 0.04/0.02 | 0.06/0.02 | - | - |" in text
+    assert "| fixed | 0 | done | 0.10/0.05 | 0.06/0.02 | 0.10/0.05 | 0.20/0.10 |" in text  # trials start there
     assert "| 3 | 20.0/10.0 |" in text and "| 20.0±14.1/10.0±7.1 |" in text  # mean over seeds; Sum with std
     assert "| 50.0/25.0 |" in text and "| 50.0±0.0/25.0±0.0 |" in text
     assert (tmp_path / "config_evolution.png").stat().st_size > 0

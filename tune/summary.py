@@ -13,19 +13,19 @@ from typing import Any
 
 from tune.sweep import Sweep, trial_name
 
+START = "before RL"  # the row of the shared starting policy (``shared/start``, see actors.job.score_start)
 
-def trial_row(run_dir: Path, variant: str, seed: int) -> dict[str, Any]:
-    """A trial's figures from its run directory (what is missing is left out)."""
-    row: dict[str, Any] = {"variant": variant, "seed": seed}
-    for folder in sorted(run_dir.glob("round_*"), key=lambda p: int(p.name.split("_")[1])):
-        report = folder / "validation.json"
-        if report.exists():
-            summary = json.loads(report.read_text())["summary"]
-            k = folder.name.split("_")[1]
-            row[f"valid_r{k}"] = summary["valid_rate"]
-            row[f"optimal_r{k}"] = summary["optimal_rate"]
+
+def _validation(report: Path, k: int | str) -> dict[str, float]:
+    if not report.exists():
+        return {}
+    summary = json.loads(report.read_text())["summary"]
+    return {f"valid_r{k}": summary["valid_rate"], f"optimal_r{k}": summary["optimal_rate"]}
+
+
+def _benchmark(run_dir: Path) -> dict[str, Any]:
     benchmark = run_dir / "final" / "benchmark.json"
-    row["status"] = "done" if benchmark.exists() else "incomplete"
+    row: dict[str, Any] = {"status": "done" if benchmark.exists() else "incomplete"}
     if benchmark.exists():
         for agents, table in json.loads(benchmark.read_text())["table"].items():
             row[f"acc_sum_{agents}"] = table["sum"]["acc"]
@@ -33,8 +33,27 @@ def trial_row(run_dir: Path, variant: str, seed: int) -> dict[str, Any]:
     return row
 
 
+def trial_row(run_dir: Path, variant: str, seed: int) -> dict[str, Any]:
+    """A trial's figures from its run directory (what is missing is left out)."""
+    row: dict[str, Any] = {"variant": variant, "seed": seed}
+    for folder in sorted(run_dir.glob("round_*"), key=lambda p: int(p.name.split("_")[1])):
+        row |= _validation(folder / "validation.json", folder.name.split("_")[1])
+    return row | _benchmark(run_dir)
+
+
 def collect(out: Path, sweep: Sweep) -> list[dict[str, Any]]:
-    return [trial_row(out / "runs" / trial_name(v, s), v, s) for v, s in sweep.configs]
+    """One row per trial; first the starting policy's row when the sweep scored it, whose validation is
+    also every trial's round -1 (they all start from it)."""
+    start = out / "shared" / "start"
+    before = _validation(start / "validation.json", -1)
+    rows = [before | trial_row(out / "runs" / trial_name(v, s), v, s) for v, s in sweep.configs]
+    if (start / "final" / "benchmark.json").exists():
+        rows.insert(0, {"variant": START, "seed": "-"} | before | _benchmark(start))
+    return rows
+
+
+def _round(k: str) -> str:
+    return "before RL" if k == "-1" else f"r{k}"
 
 
 def _columns(rows: list[dict[str, Any]], prefix: str) -> list[str]:
@@ -60,7 +79,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     sums = [c.removeprefix("acc_sum_") for c in _columns(rows, "acc_sum_")]
     rounds = [c.removeprefix("valid_r") for c in _columns(rows, "valid_r")]
     head = ["variant", "seed", "status"] + [f"{a} agents acc/opt Sum" for a in sums]
-    head += [f"val. r{k} valid/opt" for k in rounds]
+    head += [f"val. {_round(k)} valid/opt" for k in rounds]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["variant"], str(row["seed"]), row["status"]]
@@ -69,7 +88,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     variants = list(dict.fromkeys(row["variant"] for row in rows))
     head = ["variant", "seeds done"] + [f"{a} agents acc Sum" for a in sums] + [f"{a} agents opt Sum" for a in sums]
-    head += [f"val. r{k} valid" for k in rounds]
+    head += [f"val. {_round(k)} valid" for k in rounds]
     lines += ["", "Mean ± std over seeds:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for variant in variants:
         done = [r for r in rows if r["variant"] == variant and r["status"] == "done"]
@@ -109,6 +128,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     bars.set_xticks([j + 0.4 - width / 2 for j in range(len(sums))], [f"{a} agents" for a in sums])
     bars.set(title="benchmark acc. Sum (mean over seeds)", ylabel="accuracy")
     curves.set(title="validation valid rate by round", xlabel="round", ylabel="valid rate")
+    curves.set_xticks([int(k) for k in rounds], [_round(k).removeprefix("r") for k in rounds])
     for axis in (bars, curves):
         axis.legend(fontsize="small")
     figure.tight_layout()
@@ -119,17 +139,18 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 def benchmark_tables(out: Path, sweep: Sweep) -> str:
     """The paper's table per variant: acc./opt. (%) per map size and agent count, mean over the finished
     seeds; the Sum column (mean over sizes) also gives the std over seeds."""
+    groups = {START: [out / "shared" / "start"]}
+    groups |= {
+        v: [out / "runs" / trial_name(v, seed) for seed in sweep.settings.seeds] for v in sweep.settings.variants
+    }
     lines = []
-    for variant in sweep.settings.variants:
-        tables = []
-        for seed in sweep.settings.seeds:
-            path = out / "runs" / trial_name(variant, seed) / "final" / "benchmark.json"
-            if path.exists():
-                tables.append(json.loads(path.read_text())["table"])
+    for variant, run_dirs in groups.items():
+        paths = [run_dir / "final" / "benchmark.json" for run_dir in run_dirs]
+        tables = [json.loads(path.read_text())["table"] for path in paths if path.exists()]
         if not tables:
             continue
         sizes = sorted({int(size) for table in tables for row in table.values() for size in row["sizes"]})
-        lines += [f"**{variant}** ({len(tables)} seeds; acc./opt. in %)", ""]
+        lines += [f"**{variant}** ({len(tables)} {'seeds' if variant != START else 'model'}; acc./opt. in %)", ""]
         lines += ["| agents | " + " | ".join(f"{s}x{s}" for s in sizes) + " | Sum |", "|---" * (len(sizes) + 2) + "|"]
         for agents in tables[0]:
             cells = []

@@ -39,6 +39,9 @@ class SweepConfig(BaseModel):
     seeds: list[int] = Field([0], min_length=1, description="each variant runs once per seed")
     max_concurrent_trials: int | None = Field(None, ge=1, description="none = as many as the cluster holds")
     shared_warm_start: bool = Field(True, description="warm-start once in the driver; trials start from it")
+    score_start: bool = Field(
+        True, description="score the policy all trials start from once, before RL (validation and benchmark)"
+    )
 
 
 def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -165,7 +168,7 @@ def run_sweep(sweep: Sweep, out: str | Path, resume: bool = False, log=print) ->
     import ray
     from ray import tune
 
-    from actors.job import prepare_model
+    from actors.job import prepare_model, score_start
     from serving.deployment import start_serve
     from tune.summary import write_summary
 
@@ -173,10 +176,14 @@ def run_sweep(sweep: Sweep, out: str | Path, resume: bool = False, log=print) ->
     out.mkdir(parents=True, exist_ok=True)
     network = sweep.base_config().network
     start_serve(network.serve_host, network.serve_port)  # before any trial deploys (a running Serve is kept)
+    base = sweep.base_config()
     model = None
     if sweep.settings.shared_warm_start:
-        model = prepare_model(sweep.base_config(), out / "shared", log)
+        model = prepare_model(base, out / "shared", log)
         log(f"all trials start from {model}")
+    start = model or (base.model if not base.warm_start and Path(base.model).is_dir() else None)
+    if sweep.settings.score_start and start:
+        score_start(base, start, out / "shared" / "start", log)  # the summary's "before RL" row
     configs = {key: sweep.trial_config(*key, model) for key in sweep.configs}
     needs = [trial_resources(c) for c in configs.values()]
     limit = sweep.settings.max_concurrent_trials or concurrency(ray.cluster_resources(), needs)
