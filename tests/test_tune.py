@@ -15,6 +15,7 @@ from env.config import ConfigError
 from tests.cluster import BIN
 from tests.test_job import job_config
 from tune.costs import per_token_costs, step_rows
+from tune.summary import main as summary_main
 from tune.summary import write_summary
 from tune.sweep import concurrency, load_sweep, merge, trial_bundles, trial_name, trial_resources
 
@@ -160,8 +161,12 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     assert "| fixed | 0 | done | 0.10/0.05 | 0.06/0.02 | 0.10/0.05 | 0.20/0.10 |" in text  # trials start there
     assert "| 3 | 20.0/10.0 |" in text and "| 20.0±14.1/10.0±7.1 |" in text  # mean over seeds; Sum with std
     assert "| 50.0/25.0 |" in text and "| 50.0±0.0/25.0±0.0 |" in text
-    assert (tmp_path / "config_evolution.png").stat().st_size > 0
+    assert (tmp_path / "summary_configs.png").stat().st_size > 0
     assert "| fixed | 2/2 |" in text
+    summary_main([str(tmp_path / "sweep.yaml"), str(tmp_path), "--variants", "plr", "--name", "part"])
+    part = (tmp_path / "part.md").read_text()
+    assert "| plr | 2/2 |" in part and "| fixed |" not in part and "| before RL |" in part
+    assert (tmp_path / "part.png").exists() and (tmp_path / "part_configs.png").exists()
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")), ids=lambda p: p.name)

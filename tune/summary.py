@@ -1,10 +1,15 @@
 """A sweep's summary, read from its trials' run directories: one row per trial (final benchmark acc./opt.
 Sum per agent count, validation valid/optimal rate per round), a mean +- std table per variant, as
 markdown and CSV, a plot comparing the variants, the paper's per-size benchmark table per variant (mean
-over seeds) and the configurations' evolution by round."""
+over seeds) and the configurations' evolution by round.
+
+    python -m tune.summary configs/study-small.yaml runs/study-small [--variants fixed plr --name part]
+"""
 
 from __future__ import annotations
 
+import argparse
+import copy
 import csv
 import json
 import statistics
@@ -197,18 +202,47 @@ def plot_config_evolution(out: Path, sweep: Sweep, path: Path) -> None:
     plt.close(figure)
 
 
-def write_summary(out: Path, sweep: Sweep) -> Path:
-    """Write ``summary.md``, ``summary.csv`` and ``summary.png`` in ``out``; returns the markdown's path."""
+def write_summary(out: Path, sweep: Sweep, name: str = "summary") -> Path:
+    """Write ``<name>.md``, ``<name>.csv``, ``<name>.png`` and ``<name>_configs.png`` in ``out``; returns
+    the markdown's path."""
     rows = collect(out, sweep)
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    with (out / "summary.csv").open("w", newline="") as file:
+    with (out / f"{name}.csv").open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
-    plot(rows, out / "summary.png")
-    plot_config_evolution(out, sweep, out / "config_evolution.png")
-    text = "# Sweep summary\n\n" + to_markdown(rows) + "\n![variants](summary.png)\n"
+    plot(rows, out / f"{name}.png")
+    plot_config_evolution(out, sweep, out / f"{name}_configs.png")
+    text = "# Sweep summary\n\n" + to_markdown(rows) + f"\n![variants]({name}.png)\n"
     text += "\n## Benchmark per map size\n\n" + benchmark_tables(out, sweep)
-    text += "\n## Configurations by round\n\n![configs](config_evolution.png)\n"
-    (out / "summary.md").write_text(text)
-    return out / "summary.md"
+    text += f"\n## Configurations by round\n\n![configs]({name}_configs.png)\n"
+    (out / f"{name}.md").write_text(text)
+    return out / f"{name}.md"
+
+
+def only(sweep: Sweep, variants: list[str]) -> Sweep:
+    """The sweep restricted to some of its variants (in the order given)."""
+    unknown = set(variants) - set(sweep.settings.variants)
+    if unknown:
+        raise ValueError(f"unknown variants {sorted(unknown)}; the sweep has {list(sweep.settings.variants)}")
+    part = copy.copy(sweep)
+    part.settings = sweep.settings.model_copy(update={"variants": {v: sweep.settings.variants[v] for v in variants}})
+    part.configs = {(v, s): sweep.configs[v, s] for v in variants for s in sweep.settings.seeds}
+    return part
+
+
+def main(argv: list[str] | None = None) -> None:
+    from tune.sweep import load_sweep
+
+    parser = argparse.ArgumentParser(description="Write a sweep's summary from its run folders (runs nothing).")
+    parser.add_argument("sweep", help="the sweep YAML")
+    parser.add_argument("out", type=Path, help="the sweep's --out folder")
+    parser.add_argument("--variants", nargs="+", help="only these variants (default: all)")
+    parser.add_argument("--name", default="summary", help="file name stem: NAME.md, .csv, .png, _configs.png")
+    args = parser.parse_args(argv)
+    sweep = load_sweep(args.sweep)
+    print(write_summary(args.out, only(sweep, args.variants) if args.variants else sweep, args.name))
+
+
+if __name__ == "__main__":
+    main()
