@@ -132,6 +132,8 @@ class Learner:
             totals["loss_sum"] += float(loss_sum.detach())
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value
+        unreported = self.settings.zero_stage == 0 and self.settings.precision == "fp32"
+        fallback_norm = self._grad_norm() if unreported else None  # DeepSpeed reports none there
         self.engine.step()
         keys = sorted(totals)
         summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
@@ -139,7 +141,18 @@ class Learner:
             dist.all_reduce(summed)
         totals = dict(zip(keys, summed.tolist()))
         norm = self.engine.get_global_grad_norm()
+        norm = fallback_norm if norm is None else norm
         return totals | {"tokens": tokens, "sequences": len(rows), "grad_norm": float(norm or 0.0)}
+
+    def _grad_norm(self) -> float:
+        """The gradient norm before clipping, from the gradients after the boundary backward (all-reduced
+        over the ranks, so the same on each)."""
+        import torch
+
+        grads = [p.grad.detach().float() for p in self.engine.module.parameters() if p.grad is not None]
+        return (
+            float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
+        )
 
     def train_grpo(self, batches: list[ray.ObjectRef], grpo: dict) -> dict[str, Any]:
         """One GRPO step on the step's batches (``batches`` is a list of references, fetched here)."""
