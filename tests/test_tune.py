@@ -152,6 +152,15 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     for variant, accs in (("fixed", (0.1, 0.3)), ("plr", (0.5, 0.5))):
         for seed, acc in enumerate(accs):
             fake_trial(tmp_path / "runs" / trial_name(variant, seed), {3: 0.5, 4: 0.5}, [0.1, 0.2], acc)
+    decision = {"changes": ["sizes.3.data_ratio: 0.5 -> 0.75"], "fallback": None, "notes": []}
+    sizes = {
+        "3": {"data_ratio": 0.75, "hole_ratio": 0.2, "wait_ratio": 0.4},
+        "9": {"data_ratio": 0.25, "hole_ratio": 0.6, "wait_ratio": 0.0},
+    }
+    (tmp_path / "runs" / "plr-s0" / "round_0" / "engineer").mkdir()
+    (tmp_path / "runs" / "plr-s0" / "round_0" / "engineer" / "decision.json").write_text(
+        json.dumps(decision | {"config": {"sizes": sizes}})
+    )
     start = tmp_path / "shared" / "start"  # the starting policy, scored once by the sweep
     fake_trial(start, {3: 1.0}, [], 0.04)
     (start / "validation.json").write_text(json.dumps({"summary": {"valid_rate": 0.06, "optimal_rate": 0.02}}))
@@ -163,6 +172,7 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     assert "| 50.0/25.0 |" in text and "| 50.0±0.0/25.0±0.0 |" in text
     assert (tmp_path / "summary_configs.png").stat().st_size > 0
     assert "| fixed | 2/2 |" in text
+    assert "| plr | 1 | 1 | 0 | 0 | 0.75 | 0.30 | 0.30 | 2.0 |" in text  # the engineer's decisions
     summary_main([str(tmp_path / "sweep.yaml"), str(tmp_path), "--variants", "plr", "--name", "part"])
     part = (tmp_path / "part.md").read_text()
     assert "| plr | 2/2 |" in part and "| fixed |" not in part and "| before RL |" in part

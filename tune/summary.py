@@ -170,6 +170,40 @@ def benchmark_tables(out: Path, sweep: Sweep) -> str:
     return "\n".join(lines)
 
 
+def _config_profile(sizes: dict) -> dict[str, float]:
+    """A config's shape: data share on maps up to 5x5, data-weighted hole and wait ratios, sizes in use."""
+    used = {int(size): knobs for size, knobs in sizes.items() if knobs["data_ratio"] > 0}
+    total = sum(k["data_ratio"] for k in used.values()) or 1.0
+    return {
+        "small": sum(k["data_ratio"] for size, k in used.items() if size <= 5) / total,
+        "hole": sum(k["data_ratio"] * k["hole_ratio"] for k in used.values()) / total,
+        "wait": sum(k["data_ratio"] * k["wait_ratio"] for k in used.values()) / total,
+        "sizes": len(used),
+    }
+
+
+def engineer_table(out: Path, sweep: Sweep) -> str:
+    """Per variant, over its seeds and rounds: what the engineer decided (how often it changed the config,
+    kept it, or had its answer projected) and the shape of the configs it produced (mean)."""
+    head = ["variant", "decisions", "changed", "kept (fallback)", "projected"]
+    head += ["data on <=5x5", "hole ratio", "wait ratio", "sizes used"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for variant in sweep.settings.variants:
+        decisions = []
+        for seed in sweep.settings.seeds:
+            decisions += sorted((out / "runs" / trial_name(variant, seed)).glob("round_*/engineer/decision.json"))
+        if not decisions:
+            continue
+        made = [json.loads(path.read_text()) for path in decisions]
+        profiles = [_config_profile(d["config"]["sizes"]) for d in made]
+        mean = {key: statistics.mean(p[key] for p in profiles) for key in profiles[0]}
+        cells = [variant, str(len(made)), str(sum(bool(d["changes"]) for d in made))]
+        cells += [str(sum(d["fallback"] is not None for d in made)), str(sum(bool(d["notes"]) for d in made))]
+        cells += [f"{mean['small']:.2f}", f"{mean['hole']:.2f}", f"{mean['wait']:.2f}", f"{mean['sizes']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plot_config_evolution(out: Path, sweep: Sweep, path: Path) -> None:
     """One panel per variant: the share of each map size in every round's config (mean over seeds)."""
     import matplotlib
@@ -216,6 +250,7 @@ def write_summary(out: Path, sweep: Sweep, name: str = "summary") -> Path:
     text = "# Sweep summary\n\n" + to_markdown(rows) + f"\n![variants]({name}.png)\n"
     text += "\n## Benchmark per map size\n\n" + benchmark_tables(out, sweep)
     text += f"\n## Configurations by round\n\n![configs]({name}_configs.png)\n"
+    text += "\n## Engineer decisions (all rounds and seeds; config shape means)\n\n" + engineer_table(out, sweep)
     (out / f"{name}.md").write_text(text)
     return out / f"{name}.md"
 
