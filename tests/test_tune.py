@@ -166,8 +166,8 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     (start / "validation.json").write_text(json.dumps({"summary": {"valid_rate": 0.06, "optimal_rate": 0.02}}))
     text = write_summary(tmp_path, sweep).read_text()
     assert "**fixed** (2 seeds; acc./opt. in %)" in text and "**before RL** (1 model; acc./opt. in %)" in text
-    assert "| before RL | - | done | 0.04/0.02 | 0.06/0.02 | - | - |" in text
-    assert "| fixed | 0 | done | 0.10/0.05 | 0.06/0.02 | 0.10/0.05 | 0.20/0.10 |" in text  # trials start there
+    assert "| before RL | - | done | 4.0/2.0 | 6.0/2.0 | - | - |" in text
+    assert "| fixed | 0 | done | 10.0/5.0 | 6.0/2.0 | 10.0/5.0 | 20.0/10.0 |" in text  # trials start there
     assert "| 3 | 20.0/10.0 |" in text and "| 20.0±14.1/10.0±7.1 |" in text  # mean over seeds; Sum with std
     assert "| 50.0/25.0 |" in text and "| 50.0±0.0/25.0±0.0 |" in text
     assert (tmp_path / "summary_configs.png").stat().st_size > 0

@@ -69,10 +69,10 @@ def _columns(rows: list[dict[str, Any]], prefix: str) -> list[str]:
 def _pair(row: dict[str, Any], first: str, second: str) -> str:
     if first not in row:
         return "-"
-    return f"{row[first]:.2f}/{row[second]:.2f}"
+    return f"{100 * row[first]:.1f}/{100 * row[second]:.1f}"
 
 
-def _mean_std(values: list[float], digits: int = 2) -> str:
+def _mean_std(values: list[float], digits: int) -> str:
     if not values:
         return "-"
     if len(values) == 1:
@@ -85,7 +85,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     rounds = [c.removeprefix("valid_r") for c in _columns(rows, "valid_r")]
     head = ["variant", "seed", "status"] + [f"{a} agents acc/opt Sum" for a in sums]
     head += [f"val. {_round(k)} valid/opt" for k in rounds]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = ["All figures in %.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["variant"], str(row["seed"]), row["status"]]
         cells += [_pair(row, f"acc_sum_{a}", f"opt_sum_{a}") for a in sums]
@@ -99,9 +99,9 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         done = [r for r in rows if r["variant"] == variant and r["status"] == "done"]
         mine = [r for r in rows if r["variant"] == variant]
         cells = [variant, f"{len(done)}/{len(mine)}"]
-        cells += [_mean_std([r[f"acc_sum_{a}"] for r in done]) for a in sums]
-        cells += [_mean_std([r[f"opt_sum_{a}"] for r in done]) for a in sums]
-        cells += [_mean_std([r[f"valid_r{k}"] for r in mine if f"valid_r{k}" in r]) for k in rounds]
+        cells += [_mean_std([100 * r[f"acc_sum_{a}"] for r in done], 1) for a in sums]
+        cells += [_mean_std([100 * r[f"opt_sum_{a}"] for r in done], 1) for a in sums]
+        cells += [_mean_std([100 * r[f"valid_r{k}"] for r in mine if f"valid_r{k}" in r], 1) for k in rounds]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
