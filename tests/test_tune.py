@@ -161,6 +161,8 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     (tmp_path / "runs" / "plr-s0" / "round_0" / "engineer" / "decision.json").write_text(
         json.dumps(decision | {"config": {"sizes": sizes}})
     )
+    steps = [{"round": k, "valid_rate": v} for k, v in ((0, 0.1), (0, 0.3), (1, 0.5))]  # the rollouts' rates
+    (tmp_path / "runs" / "plr-s0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
     start = tmp_path / "shared" / "start"  # the starting policy, scored once by the sweep
     fake_trial(start, {3: 1.0}, [], 0.04)
     (start / "validation.json").write_text(json.dumps({"summary": {"valid_rate": 0.06, "optimal_rate": 0.02}}))
@@ -173,6 +175,7 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     assert (tmp_path / "summary_configs.png").stat().st_size > 0
     assert "| fixed | 2/2 |" in text
     assert "| plr | 1 | 1 | 0 | 0 | 0.75 | 0.30 | 0.30 | 2.0 |" in text  # the engineer's decisions
+    assert "rollouts r0 valid | rollouts r1 valid |" in text and "| 20.0 | 50.0 |" in text  # plr-s0's only
     summary_main([str(tmp_path / "sweep.yaml"), str(tmp_path), "--variants", "plr", "--name", "part"])
     part = (tmp_path / "part.md").read_text()
     assert "| plr | 2/2 |" in part and "| fixed |" not in part and "| before RL |" in part

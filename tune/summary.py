@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from actors.metrics import read_metrics
 from tune.sweep import Sweep, trial_name
 
 START = "before RL"  # the row of the shared starting policy (``shared/start``, see actors.job.score_start)
@@ -43,6 +44,9 @@ def trial_row(run_dir: Path, variant: str, seed: int) -> dict[str, Any]:
     row: dict[str, Any] = {"variant": variant, "seed": seed}
     for folder in sorted(run_dir.glob("round_*"), key=lambda p: int(p.name.split("_")[1])):
         row |= _validation(folder / "validation.json", folder.name.split("_")[1])
+    steps = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
+    for k in sorted({step["round"] for step in steps}):  # the rollouts' valid rate: the training signal
+        row[f"rollout_valid_r{k}"] = statistics.mean(step["valid_rate"] for step in steps if step["round"] == k)
     return row | _benchmark(run_dir)
 
 
@@ -93,7 +97,8 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     variants = list(dict.fromkeys(row["variant"] for row in rows))
     head = ["variant", "seeds done"] + [f"{a} agents acc Sum" for a in sums] + [f"{a} agents opt Sum" for a in sums]
-    head += [f"val. {_round(k)} valid" for k in rounds]
+    trained = [c.removeprefix("rollout_valid_r") for c in _columns(rows, "rollout_valid_r")]
+    head += [f"val. {_round(k)} valid" for k in rounds] + [f"rollouts r{k} valid" for k in trained]
     lines += ["", "Mean ± std over seeds:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for variant in variants:
         done = [r for r in rows if r["variant"] == variant and r["status"] == "done"]
@@ -102,13 +107,14 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         cells += [_mean_std([100 * r[f"acc_sum_{a}"] for r in done], 1) for a in sums]
         cells += [_mean_std([100 * r[f"opt_sum_{a}"] for r in done], 1) for a in sums]
         cells += [_mean_std([100 * r[f"valid_r{k}"] for r in mine if f"valid_r{k}" in r], 1) for k in rounds]
+        cells += [_mean_std([100 * r[key] for r in mine if (key := f"rollout_valid_r{k}") in r], 1) for k in trained]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     """Left: final benchmark acc. Sum per agent count (mean over seeds, std as error bars) per variant;
-    right: validation valid rate per round (mean over seeds) per variant."""
+    middle: validation valid rate per round; right: the rollouts' valid rate per round (means over seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -117,7 +123,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     variants = list(dict.fromkeys(row["variant"] for row in rows))
     sums = [c.removeprefix("acc_sum_") for c in _columns(rows, "acc_sum_")]
     rounds = [c.removeprefix("valid_r") for c in _columns(rows, "valid_r")]
-    figure, (bars, curves) = plt.subplots(1, 2, figsize=(12, 4.5))
+    trained = [c.removeprefix("rollout_valid_r") for c in _columns(rows, "rollout_valid_r")]
+    figure, (bars, curves, rollouts) = plt.subplots(1, 3, figsize=(18, 4.5))
     width = 0.8 / max(len(variants), 1)
     for i, variant in enumerate(variants):
         mine = [r for r in rows if r["variant"] == variant]
@@ -130,11 +137,17 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         points = [(int(k), [r[f"valid_r{k}"] for r in mine if f"valid_r{k}" in r]) for k in rounds]
         points = [(k, statistics.mean(v)) for k, v in points if v]
         curves.plot([k for k, _ in points], [v for _, v in points], marker="o", label=variant)
+        points = [(int(k), [r[f"rollout_valid_r{k}"] for r in mine if f"rollout_valid_r{k}" in r]) for k in trained]
+        points = [(k, statistics.mean(v)) for k, v in points if v]
+        rollouts.plot([k for k, _ in points], [v for _, v in points], marker="o", label=variant)
     bars.set_xticks([j + 0.4 - width / 2 for j in range(len(sums))], [f"{a} agents" for a in sums])
     bars.set(title="benchmark acc. Sum (mean over seeds)", ylabel="accuracy")
     curves.set(title="validation valid rate by round", xlabel="round", ylabel="valid rate")
     curves.set_xticks([int(k) for k in rounds], [_round(k).removeprefix("r") for k in rounds])
-    for axis in (bars, curves):
+    rollouts.set(title="rollout valid rate by round (training signal)", xlabel="round", ylabel="valid rate")
+    rollouts.set_xticks([int(k) for k in trained])
+    for axis in (bars, curves, rollouts):
+        axis.set_ylim(bottom=0.0, top=max(axis.get_ylim()[1], 0.05))  # an all-zero panel still shows its scale
         axis.legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path)
