@@ -62,7 +62,7 @@ def collect(out: Path, sweep: Sweep) -> list[dict[str, Any]]:
 
 
 def _round(k: str) -> str:
-    return "before RL" if k == "-1" else f"r{k}"
+    return START if k == "-1" else f"r{k}"
 
 
 def _columns(rows: list[dict[str, Any]], prefix: str) -> list[str]:
@@ -112,6 +112,12 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _round_means(rows: list[dict[str, Any]], prefix: str, rounds: list[str]) -> tuple[list[int], list[float]]:
+    """The rounds where some row has ``prefix<k>``, and the mean over those rows."""
+    points = [(int(k), [r[f"{prefix}{k}"] for r in rows if f"{prefix}{k}" in r]) for k in rounds]
+    return [k for k, v in points if v], [statistics.mean(v) for _, v in points if v]
+
+
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
     """Left: final benchmark acc. Sum per agent count (mean over seeds, std as error bars) per variant;
     middle: validation valid rate per round; right: the rollouts' valid rate per round (means over seeds)."""
@@ -134,12 +140,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
             means.append(statistics.mean(values) if values else 0.0)
             spreads.append(statistics.stdev(values) if len(values) > 1 else 0.0)
         bars.bar([j + i * width for j in range(len(sums))], means, width, yerr=spreads, label=variant)
-        points = [(int(k), [r[f"valid_r{k}"] for r in mine if f"valid_r{k}" in r]) for k in rounds]
-        points = [(k, statistics.mean(v)) for k, v in points if v]
-        curves.plot([k for k, _ in points], [v for _, v in points], marker="o", label=variant)
-        points = [(int(k), [r[f"rollout_valid_r{k}"] for r in mine if f"rollout_valid_r{k}" in r]) for k in trained]
-        points = [(k, statistics.mean(v)) for k, v in points if v]
-        rollouts.plot([k for k, _ in points], [v for _, v in points], marker="o", label=variant)
+        curves.plot(*_round_means(mine, "valid_r", rounds), marker="o", label=variant)
+        rollouts.plot(*_round_means(mine, "rollout_valid_r", trained), marker="o", label=variant)
     bars.set_xticks([j + 0.4 - width / 2 for j in range(len(sums))], [f"{a} agents" for a in sums])
     bars.set(title="benchmark acc. Sum (mean over seeds)", ylabel="accuracy")
     curves.set(title="validation valid rate by round", xlabel="round", ylabel="valid rate")
