@@ -95,6 +95,8 @@ def run_job(
     out.mkdir(parents=True, exist_ok=True)
     (out / "run_config.yaml").write_text(yaml.safe_dump(json.loads(config.model_dump_json()), sort_keys=False))
     model = prepare_model(config, out, log)
+    if config.score_start:
+        score_start(config, model, out / "start", log)
     train_config = config.model_copy(update={"model": model, "run_dir": str(out), "env": round0(config)})
     trainer = Trainer(train_config)
     validation = eval_instances(VALIDATION, config.validation)

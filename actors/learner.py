@@ -162,9 +162,14 @@ class Learner:
         data = merge_batches(ray.get(batches))
         rewards, groups = np.asarray(data["reward"]), np.asarray(data["group"])
         data["advantage"] = group_advantages(rewards, groups, settings.scale_by_std).tolist()
-        keep = informative_groups(rewards, groups) if settings.drop_zero_variance else np.ones(len(rewards), bool)
+        signal = informative_groups(rewards, groups)  # groups whose samples' rewards differ
+        keep = signal if settings.drop_zero_variance else np.ones(len(rewards), bool)
         rows = np.flatnonzero(keep)
-        info = {"kept_groups": len(np.unique(groups[keep])), "groups": len(np.unique(groups))}
+        info = {
+            "kept_groups": len(np.unique(groups[keep])),
+            "groups": len(np.unique(groups)),
+            "signal_groups": len(np.unique(groups[signal])),
+        }
         if len(rows) == 0:
             return info | {"skipped": True}
 

@@ -113,10 +113,18 @@ def write_report(out: str | Path) -> Path:
     if (out / "metrics.jsonl").exists():
         plot_reward(out, plots / "reward.png")
         lines += ["![reward](plots/reward.png)"]
+    start = out / "start"
+    if (start / "validation.json").exists():
+        summary = json.loads((start / "validation.json").read_text())["summary"]
+        lines += ["", f"Before RL (the starting policy): validation valid {summary['valid_rate']:.1%}, "
+                  f"optimal {summary['optimal_rate']:.1%}."]  # fmt: skip
     benchmark = out / "final" / "benchmark.json"
-    if benchmark.exists():
-        table = json.loads(benchmark.read_text())["markdown"]
-        lines += ["", "## Benchmark (acc./opt. in %, Sum = mean over sizes)", "", table]
+    tables = [("Before RL (the starting policy)", start / "final" / "benchmark.json"), ("After RL", benchmark)]
+    tables = [(title, path) for title, path in tables if path.exists()]
+    if tables:
+        lines += ["", "## Benchmark (acc./opt. in %, Sum = mean over sizes)"]
+        for title, path in tables:
+            lines += ["", f"**{title}**", "", json.loads(path.read_text())["markdown"]]
     path = out / "report.md"
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -176,6 +176,9 @@ class RunConfig(TrainConfig):
     env: EnvConfig | None = Field(None, description="round-0 config; none = a random legal config from `seed`")
     rounds: int = Field(3, ge=1)
     warm_start: bool = Field(True, description="SFT on solver demonstrations before round 0")
+    score_start: bool = Field(
+        True, description="score the starting policy before RL (validation and benchmark) for the report"
+    )
     engineer: EngineerSettings = Field(default_factory=EngineerSettings)
     validation: EvalSettings = Field(default_factory=lambda: EvalSettings(agents=[2], per_cell=4))
     benchmark: EvalSettings = Field(default_factory=lambda: EvalSettings(agents=[3, 4, 5], per_cell=10))

@@ -16,30 +16,12 @@ from typing import Any
 
 import ray
 
+from actors.demonstrations import demonstrations, layout
 from actors.learner import LearnerGroup
 from actors.settings import TrainConfig, run_namespace
 from actors.validation import validate
 from env.generator import derive_seed, generate
 from env.instance import Instance
-from env.prompt import format_answer, path_thinking, render_prompt
-
-
-def layout(instance: Instance) -> tuple:
-    return instance.size, str(instance.holes), str(instance.starts), str(instance.goals)
-
-
-def demonstrations(instances: list[Instance], tokenizer, thinking: bool = True) -> dict[str, list[list[int]]]:
-    """Prompt token ids (exactly as the engine tokenizes the chat prompt) and answer token ids (+ eos);
-    with ``thinking`` the answer starts with the paths as cells (see ``env.prompt.path_thinking``)."""
-    prompt_ids, response_ids = [], []
-    for instance in instances:
-        messages = [{"role": "user", "content": render_prompt(instance)}]
-        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        think = path_thinking(instance, instance.solution) if thinking else None
-        answer = format_answer(instance.solution, think) + tokenizer.eos_token
-        prompt_ids.append(tokenizer(prompt)["input_ids"])
-        response_ids.append(tokenizer(answer, add_special_tokens=False)["input_ids"])
-    return {"prompt_ids": prompt_ids, "response_ids": response_ids}
 
 
 def held_out(config: TrainConfig, train: list[Instance]) -> list[Instance]:
@@ -67,7 +49,7 @@ def run_sft(config: TrainConfig, out: str | Path, deployment: str = "sft", progr
     instances, _ = generate(sft.env, "sft")
     validation = held_out(config, instances)
     tokenizer = AutoTokenizer.from_pretrained(config.model)
-    data = demonstrations(instances, tokenizer, sft.thinking)
+    data = demonstrations(instances, tokenizer, "paths" if sft.thinking else None)
     max_tokens = max(map(len, data["response_ids"])) + 16
 
     deployment = config.app_name(deployment)

@@ -10,7 +10,7 @@ new tokens, sampling at temperature 1:
 * weight-update latency, and its share of one training step (forward + backward + AdamW on the
   rollout batch of this benchmark, measured here).
 
-    python benchmarks/generation.py [--models tiny 50m] [--dtype float32]
+    python benchmarks/generation.py [--models tiny 50m models/base-v1] [--dtype float32]
 """
 
 from __future__ import annotations
@@ -89,12 +89,8 @@ def training_step_s(model, tokenizer, prompts, micro_batch: int = 4) -> float:
     return time.perf_counter() - start
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=["tiny", "50m"])
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    args = parser.parse_args()
-
+def compare_generation(models: list[str], dtype: str) -> list[tuple]:
+    """Print and return the comparison for each of ``models`` (a preset name, built here, or a model folder)."""
     import ray
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -105,20 +101,21 @@ def main() -> int:
     from serving.settings import SamplingConfig, ServingConfig
     from serving.weights import to_numpy
 
-    torch_dtype = getattr(torch, args.dtype)
+    torch_dtype = getattr(torch, dtype)
     peak = matmul_peak_gflops(torch_dtype)
-    print(f"matmul peak ({args.dtype}, {torch.get_num_threads()} threads): {peak:.1f} GFLOP/s")
+    print(f"matmul peak ({dtype}, {torch.get_num_threads()} threads): {peak:.1f} GFLOP/s")
     sampling = SamplingConfig(temperature=1.0, max_tokens=NEW_TOKENS, ignore_eos=True, seed=0)
     ray.init(address="local", include_dashboard=False)  # a new local cluster, never a stale one
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        for name in args.models:
-            path = init_model(Path(folder) / name, PRESETS[name])
+        for name in models:
+            path = Path(name) if Path(name).is_dir() else init_model(Path(folder) / name, PRESETS[name])
+            name = path.name if Path(name).is_dir() else name
             tokenizer = AutoTokenizer.from_pretrained(path)
             model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
             parameters = count_parameters(model)
             prompts = chat_prompts(tokenizer)
-            config = ServingConfig(model=str(path), dtype=args.dtype)
+            config = ServingConfig(model=str(path.resolve()), dtype=dtype)
 
             hf = transformers_tokens_per_s(model, tokenizer, prompts)
 
@@ -146,16 +143,25 @@ def main() -> int:
             share = 2 * parameters * served / 1e9 / peak
             rows.append((name, parameters, hf, direct, served, served / hf, share, update_s, step_s))
     print(
-        f"\n{'model':<6} {'params':>11} {'HF tok/s':>9} {'engine':>8} {'served':>8} {'served/HF':>9} "
+        f"\n{'model':<8} {'params':>11} {'HF tok/s':>9} {'engine':>8} {'served':>8} {'served/HF':>9} "
         f"{'of peak':>8} {'update s':>9} {'train step s':>12} {'update/step':>11}"
     )
     for name, params, hf, direct, served, ratio, share, update_s, step_s in rows:
         print(
-            f"{name:<6} {params:>11,} {hf:>9.0f} {direct:>8.0f} {served:>8.0f} {ratio:>8.2f}x "
+            f"{name:<8} {params:>11,} {hf:>9.0f} {direct:>8.0f} {served:>8.0f} {ratio:>8.2f}x "
             f"{100 * share:>7.1f}% {update_s:>9.2f} {step_s:>12.2f} {100 * update_s / step_s:>10.1f}%"
         )
-    print("targets: served/HF >= 1.5x on the ~50M model; weight update < 5% of a training step")
     ray.shutdown()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=["tiny", "50m"], help="presets or model folders")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    args = parser.parse_args()
+    compare_generation(args.models, args.dtype)
+    print("targets: served/HF >= 1.5x on the ~50M model; weight update < 5% of a training step")
     return 0
 
 

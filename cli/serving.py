@@ -1,4 +1,5 @@
-"""Serving commands: ``model init`` (build the tiny default policy) and ``serve`` (the policy on Ray Serve)."""
+"""Model and serving commands: ``model init`` (a random policy), ``model pretrain`` (a base policy trained on
+solver demonstrations) and ``serve`` (the policy on Ray Serve)."""
 
 from __future__ import annotations
 
@@ -49,6 +50,94 @@ def model_init(
 
     parameters = count_parameters(AutoModelForCausalLM.from_pretrained(out))
     console.print(f"wrote {out}: {parameters:,} parameters")
+
+
+@model_app.command("pretrain")
+def model_pretrain(
+    out: Annotated[Path, typer.Option(help="Output folder (corpus, tokenizer, checkpoints, curves, model/).")],
+    preset: Annotated[str | None, typer.Option(help="Model preset (tiny, small, base); default: the config's.")] = None,
+    config: Annotated[Path | None, typer.Option(help="Pretraining YAML (default: the shipped base-v1 recipe).")] = None,
+    steps: Annotated[int | None, typer.Option(help="Override the number of optimizer steps.")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue from the newest checkpoint in --out.")] = False,
+) -> None:
+    """Pretrain a base policy on solver demonstrations over the whole task family (2..5 agents, sizes
+    3..10, holes 0..0.3, WAIT-needing instances), in bf16 on this machine, with its own tokenizer.
+    Checkpoints as it goes; --resume continues the same run."""
+    from pydantic import ValidationError
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from actors.pretrain import PretrainConfig, pretrain
+    from serving.model import PRESETS
+
+    try:
+        settings = PretrainConfig.load(config) if config else PretrainConfig()
+    except (OSError, ValidationError, ValueError) as error:
+        raise typer.BadParameter(f"{config}: {error}") from None
+    if preset is not None:
+        settings = settings.model_copy(update={"preset": preset})
+    if steps is not None:
+        settings = settings.model_copy(update={"optim": settings.optim.model_copy(update={"steps": steps})})
+    if settings.preset not in PRESETS:
+        raise typer.BadParameter(f"unknown preset {settings.preset!r} ({', '.join(PRESETS)})")
+    bar = Progress(
+        TextColumn("{task.description} step {task.completed}/{task.total}"),
+        BarColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}  {task.fields[speed]:,.0f} tok/s"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    )
+    task = bar.add_task("pretrain", total=settings.optim.steps, loss=float("nan"), speed=0.0)
+
+    def progress(event: str, **values) -> None:
+        if event == "corpus":
+            bar.update(task, description=f"corpus {values['done']}/{values['total']}")
+        elif event == "corpus-ready":
+            bar.update(task, description="pretrain")
+            console.print(f"corpus: {values['instances']} training and {values['held_out']} held-out instances")
+        elif event == "step":
+            bar.update(task, completed=values["step"], loss=values["loss"], speed=values["tokens_per_s"])
+            if not console.is_terminal and values["step"] % 100 == 0:
+                console.print(f"step {values['step']}/{values['steps']} loss {values['loss']:.4f}")
+        elif event == "heldout":
+            by = ", ".join(f"{a} agents {v:.0%}" for a, v in values["valid_by_agents"].items())
+            console.print(f"step {values['step']}: held-out valid {values['valid']:.1%} ({by})")
+
+    try:
+        with bar:
+            result = pretrain(settings, out, resume=resume, progress=progress)
+    except (FileExistsError, ValueError) as error:
+        console.print(f"[red]error:[/red] {error}")
+        raise typer.Exit(2) from None
+    console.print(f"wrote {result['model']} after {result['step']} steps; curves in {out / 'curves.png'}")
+
+
+@model_app.command("ship")
+def model_ship(
+    out: Annotated[Path, typer.Option(help="The model folder to write (e.g. models/base-v1).")],
+    run: Annotated[Path | None, typer.Option(help="A pretraining run folder to export.")] = None,
+    model: Annotated[Path | None, typer.Option(help="Or: a model folder to score and describe.")] = None,
+    step: Annotated[
+        int | None, typer.Option(help="Export this checkpoint step of --run (default: its final model).")
+    ] = None,
+    per_cell: Annotated[int, typer.Option(help="Benchmark instances per (agents, size, wait) cell.")] = 10,
+    rebuild: Annotated[str, typer.Option(help="The command that rebuilds the model, for the card.")] = "",
+) -> None:
+    """Score a model greedily through a Serve deployment on the shipped suites and write its scores.json
+    and MODEL_CARD.md (data, recipe, budget, per-size tables, sha256). Starts a local Ray unless RAY_ADDRESS."""
+    from actors.model_card import ship
+    from cli.training import connect_ray
+
+    if (run is None) == (model is None):
+        raise typer.BadParameter("give exactly one of --run and --model")
+    connect_ray(1)
+    scores = ship(out, run, model, step, per_cell, rebuild, log=console.print)
+    from actors.model_card import markdown_table
+
+    print(markdown_table(scores["benchmark"]))
+    console.print(f"wrote {out / 'MODEL_CARD.md'}")
 
 
 def serve(

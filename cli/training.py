@@ -183,6 +183,7 @@ def eval_cmd(
     base_url: Annotated[str | None, typer.Option(help="openai: the endpoint, e.g. http://127.0.0.1:8000/v1.")] = None,
     api_key_env: Annotated[str, typer.Option(help="openai: environment variable holding the key.")] = "OPENAI_API_KEY",
     out: Annotated[Path | None, typer.Option(help="Write the table and verdicts here (JSON).")] = None,
+    dtype: Annotated[str, typer.Option(help="Serving precision: auto (the checkpoint's), float32, bfloat16.")] = "auto",
 ) -> None:
     """Score a model as a zero-shot solver on a suite and print the paper's table (acc./opt. per size, Sum)."""
     from actors.validation import openai_answerer, score_answers, serve_answerer, suite_instances
@@ -202,7 +203,9 @@ def eval_cmd(
         from serving.settings import ServingConfig
 
         connect_ray(1)
-        policy = deploy(ServingConfig(model=str(Path(model).resolve()), max_model_len=4096), "eval", "/eval", False)
+        policy = deploy(
+            ServingConfig(model=str(Path(model).resolve()), max_model_len=4096, dtype=dtype), "eval", "/eval", False
+        )
         answer = serve_answerer(policy.handle, max_tokens)
     console.print(f"scoring {model} on {len(instances)} {suite} instances")
     _, verdicts, answers = score_answers(answer, instances)

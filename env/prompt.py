@@ -75,6 +75,17 @@ def path_thinking(instance: Instance, plan: list[list[str]]) -> str:
     )
 
 
+def plan_thinking(instance: Instance, plan: list[list[str]]) -> str:
+    """A richer think block: the holes read off the map as cells, then every agent's path as cells (one
+    per time step, so a WAIT repeats a cell). Listing the holes first turns "is this cell a hole?" into
+    matching a cell already written, instead of counting columns in the drawn map."""
+    holes = " ".join(f"({r}, {c})" for r, c in instance.holes) or "none"
+    return f"Holes: {holes}\n" + path_thinking(instance, plan)
+
+
+THINKING_STYLES = {"paths": path_thinking, "plan": plan_thinking}
+
+
 @dataclass
 class ParseFailure:
     """Why a response is not a plan: ``parse_error`` or ``wrong_agents``, with a readable detail."""

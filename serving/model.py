@@ -43,7 +43,10 @@ class ModelSpec:
 
 
 PRESETS = {
-    "tiny": ModelSpec(),  # ~0.6M parameters
+    "tiny": ModelSpec(),  # ~0.6M parameters: fast tests
+    # Pretrained base policies (``envengineer model pretrain``), sized for CPU training in bf16.
+    "small": ModelSpec(hidden_size=256, num_layers=6, num_heads=4, num_kv_heads=2, intermediate_size=768),
+    "base": ModelSpec(hidden_size=384, num_layers=8, num_heads=6, num_kv_heads=2, intermediate_size=1152),
     "50m": ModelSpec(hidden_size=640, num_layers=10, num_heads=10, num_kv_heads=5, intermediate_size=1920),
 }
 
@@ -63,13 +66,29 @@ def training_corpus() -> list[str]:
     return texts
 
 
-def build_tokenizer(vocab_size: int, texts: list[str]):
-    """A byte-level BPE tokenizer (any text round-trips) wrapped for transformers."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+# Pieces the planner tokenizer never merges with their neighbours, so each is (at most) one token that
+# the model can match by content: a cell "(r, c)", a move with its comma, a map square.
+PLANNER_PIECES = r" ?\(\d+, \d+\)| ?(?:UP|DOWN|LEFT|RIGHT|WAIT),?| [.H](?=[ \n])| [.H]$|\n"
+
+
+def build_tokenizer(vocab_size: int, texts: list[str], planner: bool = False):
+    """A byte-level BPE tokenizer (any text round-trips) wrapped for transformers.
+
+    ``planner``: split off ``PLANNER_PIECES`` first and let BPE merge freely within the rest (the fixed
+    rule text becomes a few tokens, a cell or a move one token), instead of splitting at every word."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if planner:
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(PLANNER_PIECES), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    else:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -136,3 +155,17 @@ def init_model(out: str | Path, spec: ModelSpec = PRESETS["tiny"]) -> Path:
 
 def count_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def save_bf16(model, tokenizer, out: str | Path, spec: ModelSpec) -> Path:
+    """Save ``model`` as bf16 safetensors with its tokenizer (Hugging Face format) into ``out``."""
+    import copy
+
+    import torch
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    (out / "envengineer_model.json").write_text(json.dumps(asdict(spec), indent=2))
+    return out

@@ -65,11 +65,14 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
         "round_0/env_config.yaml", "round_0/engineer/prompt.md", "round_0/engineer/response.txt",
         "round_1/env_config.yaml", "round_1/validation.json", "final/benchmark.json", "report.md",
         "plots/validation_by_size.png", "plots/config_evolution.png", "plots/failures.png", "plots/reward.png",
+        "start/validation.json", "start/final/benchmark.json",
     ):  # fmt: skip
         assert (out / name).exists(), name
     table = json.loads((out / "final" / "benchmark.json").read_text())
     assert "| 3 |" in table["markdown"] and "| 3 |" in rerun.stdout
-    assert "![validation](plots/validation_by_size.png)" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "![validation](plots/validation_by_size.png)" in report
+    assert "**Before RL (the starting policy)**" in report and "**After RL**" in report  # both tables
     record_fault("driver (envengineer run) SIGKILLed in round 1 of 2",
            "`--resume` kept round 0 (validation, engineer decision, round 1 config), resumed training from the "
            "last checkpoint: every step once, then validation, benchmark and report", round(finished, 1),

@@ -38,13 +38,23 @@ def train_config(model: str, run_dir, grpo=None, resources=None, **fields) -> Tr
     )
 
 
-def test_sft_warm_start_raises_the_held_out_valid_rate(warm_model):
-    _, report = warm_model
-    before, after = report["before"], report["after"]
-    print(f"SFT: valid {before['valid_rate']:.1%} -> {after['valid_rate']:.1%} on {report['validation_instances']}")
-    assert report["loss_last"] < report["loss_first"]
-    assert before["valid_rate"] == 0.0
-    assert after["valid_rate"] >= 0.2
+def test_sft_warm_start_trains_publishes_and_saves(ray_cluster, tiny_model, tmp_path):
+    """A short warm start from the random tiny policy on 2 learner ranks: the loss falls, the served policy
+    is scored before and after, and the saved folder loads."""
+    from transformers import AutoModelForCausalLM
+
+    from actors.sft import run_sft
+
+    config = TrainConfig(
+        run_dir=str(tmp_path / "run"), model=tiny_model, env=small_maps(100), serving={"max_model_len": 1024},
+        grpo={"micro_batch_size": 16}, resources={"learners": 2},
+        sft={"env": small_maps(320, seed=1), "epochs": 2, "validation_instances": 8},
+    )  # fmt: skip
+    report = run_sft(config, tmp_path / "warm")
+    assert report["steps"] == 2 * 10 and report["loss_last"] < report["loss_first"]
+    assert report["before"]["valid_rate"] == 0.0 and report["after"] is not None
+    assert AutoModelForCausalLM.from_pretrained(tmp_path / "warm") is not None
+    assert json.loads((tmp_path / "warm" / "sft_report.json").read_text())["steps"] == 20
 
 
 def test_grpo_steps_train_and_update_the_served_policy(warm_model, tmp_path):
@@ -93,7 +103,9 @@ def test_overlapped_rollouts_are_exactly_one_version_behind(warm_model, tmp_path
     finally:
         trainer.shutdown()
     assert [r["version_lag"] for r in records] == [0, 1, 1]
-    assert all(r["train"]["grad_norm"] > 0 for r in records)  # ZeRO-0 fp32: DeepSpeed reports no norm itself
+    for r in records:  # ZeRO-0 fp32: DeepSpeed reports no norm itself; a step without reward signal has none
+        assert np.isfinite(r["train"]["grad_norm"])
+        assert (r["train"]["grad_norm"] > 0) == (r["train"]["signal_groups"] > 0)
     assert [r["weight_version"] for r in records] == [1, 2, 3]
     assert records[1]["train"]["logprob_gap"] > 0  # trained on samples of the previous weights
 

@@ -69,6 +69,7 @@ class Sweep:
 
     def trial_config(self, variant: str, seed: int, model: str | None = None) -> RunConfig:
         data = merge(self.base, self.settings.variants[variant]) | {"seed": seed, "label": trial_name(variant, seed)}
+        data["score_start"] = False  # the sweep scores the shared starting policy once (shared/start)
         if isinstance(data.get("env"), dict):
             data["env"]["seed"] = seed  # the seed draws the instances too
         if model:

@@ -1,0 +1,208 @@
+"""Shipping a policy: its scores on the shipped suites, measured through the deployment, and its card.
+
+``envengineer model ship --run RUN --out models/NAME`` exports a pretraining run's model (or takes a model
+folder), scores it greedily through a Serve deployment (the benchmark at ``per_cell`` instances per
+(agents, size, wait) cell, the 2-agent validation split, and a small smoke slice that the tests replay),
+and writes ``scores.json`` and ``MODEL_CARD.md`` beside the weights.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from env.benchmark import BENCHMARK, VALIDATION, Suite, score
+
+# The smoke slice: small enough for a test to replay through the deployment in seconds.
+SMOKE = {"suite": "validation", "agents": [2, 3], "sizes": [3, 4, 5], "per_cell": 1}
+
+
+def sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def smoke_instances():
+    from actors.validation import suite_instances
+
+    return suite_instances(VALIDATION, SMOKE["agents"], SMOKE["per_cell"], SMOKE["sizes"])
+
+
+def score_suites(answer, per_cell: int, log=print) -> dict[str, Any]:
+    """Greedy scores of ``answer`` (an ``actors.validation.Answerer``) on the benchmark (3..5 agents, at most
+    ``per_cell`` per cell), the 2-agent validation split and the smoke slice."""
+    from actors.validation import score_answers, suite_instances
+
+    def table(suite: Suite, agents: list[int], cap: int | None) -> dict:
+        instances = suite_instances(suite, agents, cap)
+        log(f"scoring {len(instances)} {suite.name} instances ({agents} agents)")
+        _, verdicts, _ = score_answers(answer, instances)
+        return score(instances, {v.id: v for v in verdicts}).to_dict() | {"instances": len(instances)}
+
+    smoke = smoke_instances()
+    _, verdicts, _ = score_answers(answer, smoke)
+    return {
+        "benchmark": table(BENCHMARK, list(BENCHMARK.agent_counts), per_cell) | {"per_cell": per_cell},
+        "validation_2_agents": table(VALIDATION, [2], None),
+        "smoke": SMOKE | {"valid": [v.id for v in verdicts if v.valid], "instances": len(smoke)},
+    }
+
+
+def markdown_table(scores: dict) -> str:
+    """The paper's table (acc./opt. per size, Sum) from ``score(...).to_dict()``'s form."""
+    sizes = sorted({int(s) for row in scores.values() if isinstance(row, dict) for s in row.get("sizes", {})})
+    lines = ["| agents | " + " | ".join(f"{s}x{s}" for s in sizes) + " | Sum |", "|" + "---|" * (len(sizes) + 2)]
+    for agents, row in sorted((a, r) for a, r in scores.items() if a.isdigit()):
+        cells = [
+            f"{row['sizes'][str(s)]['acc']:.1f}/{row['sizes'][str(s)]['opt']:.1f}" if str(s) in row["sizes"] else "-"
+            for s in sizes
+        ]
+        lines.append(f"| {agents} | " + " | ".join(cells) + f" | {row['sum']['acc']:.2f}/{row['sum']['opt']:.2f} |")
+    return "\n".join(lines)
+
+
+def write_card(model: Path, scores: dict, run: Path | None, rebuild: str, name: str) -> Path:
+    """``MODEL_CARD.md`` of the model folder ``model`` from its ``scores`` and the pretraining ``run``."""
+    import yaml
+
+    spec = json.loads((model / "envengineer_model.json").read_text())
+    config = yaml.safe_load((run / "config.yaml").read_text()) if run else None
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] if run else []
+    held = [json.loads(line) for line in (run / "heldout.jsonl").read_text().splitlines()] if run else []
+    parameters = _parameters(model)
+    lines = [
+        f"# {name}",
+        "",
+        f"A Qwen3-architecture causal LM ({parameters / 1e6:.1f}M parameters: hidden {spec['hidden_size']}, "
+        f"{spec['num_layers']} layers, {spec['num_heads']} heads / {spec['num_kv_heads']} KV heads, MLP "
+        f"{spec['intermediate_size']}), bf16 safetensors, with its own byte-level BPE tokenizer "
+        f"({_vocab(model)} tokens). It answers MAPF-FrozenLake prompts (`env.prompt.render_prompt`) with a "
+        "think block (the holes as cells, then every agent's path as cells) and the plan in the answer format. "
+        "transformers and vLLM load the folder as it is.",
+        "",
+        f"sha256 of `model.safetensors`: `{sha256(model / 'model.safetensors')}`",
+        "",
+        "## Rebuild",
+        "",
+        "```bash",
+        rebuild,
+        "```",
+        "",
+    ]
+    if config:
+        corpus, optim = config["corpus"], config["optim"]
+        tokens = sum(m["tokens_per_s"] * m["seconds"] for m in metrics)
+        seconds = sum(m["seconds"] for m in metrics)
+        lines += (
+            [
+                "## Data",
+                "",
+                f"{corpus['instances']:,} solver demonstrations drawn (seed {config['seed']}) over agent counts "
+                f"{corpus['agents']} (weights), map sizes {sorted(corpus['sizes'])} (weights {corpus['sizes']}), "
+                f"hole ratios {corpus['hole_levels']}, {corpus['wait_share']:.0%} needing a WAIT; every layout "
+                "(size, holes, starts, goals) of the validation and benchmark suites and of the "
+                f"{corpus['held_out']}-instance held-out slice removed. The tokenizer is trained on this corpus only.",
+                "",
+                "## Recipe and budget",
+                "",
+                f"{optim['steps']:,} AdamW steps of at most {optim['batch_tokens']:,} tokens (length-grouped batches), "
+                f"peak learning rate {optim['learning_rate']:g}, {optim['warmup_steps']} warm-up steps, cosine to "
+                f"{optim['min_lr_ratio']:g} of the peak, weight decay {optim['weight_decay']:g}, clipping "
+                f"{optim['grad_clip']:g}; loss on the {optim['loss']} tokens; {optim['precision']} autocast "
+                f"(fp32 master weights){', torch.compile' if optim.get('compile') else ''}. "
+                f"{tokens / 1e6:.1f}M training tokens in {seconds / 3600:.2f} h of training steps on a 2-core CPU "
+                f"(mean {tokens / max(seconds, 1):,.0f} tokens/s); final training loss "
+                f"{metrics[-1]['loss']:.4f}."
+                if metrics
+                else "",
+                "",
+                "![learning curves](curves.png)",
+                "",
+                "Held-out greedy valid rate along the way (transformers `generate`, bf16):",
+                "",
+                "| step | valid | optimal | " + " | ".join(f"{a} agents" for a in held[-1]["valid_by_agents"]) + " |",
+                "|---|---|---|" + "---|" * len(held[-1]["valid_by_agents"]),
+            ]
+            if held
+            else []
+        )
+        for h in held:
+            by = " | ".join(f"{100 * v:.0f}%" for v in h["valid_by_agents"].values())
+            lines.append(f"| {h['step']} | {100 * h['valid']:.1f}% | {100 * h['optimal']:.1f}% | {by} |")
+        lines.append("")
+    bench, validation, smoke = scores["benchmark"], scores["validation_2_agents"], scores["smoke"]
+    lines += [
+        "## Scores (greedy, through the Serve deployment; acc./opt. in %, Sum = mean over sizes)",
+        "",
+        f"Benchmark suite, the first {bench['per_cell']} instances of every (agents, size, wait) cell "
+        f"({bench['instances']} instances):",
+        "",
+        markdown_table(bench),
+        "",
+        f"Validation split, 2 agents ({validation['instances']} instances):",
+        "",
+        markdown_table(validation),
+        "",
+        f"Smoke slice (validation, {smoke['agents']} agents, sizes {smoke['sizes']}, first instance per cell; "
+        f"replayed by tests/test_shipped_models.py): {len(smoke['valid'])} of {smoke['instances']} valid.",
+        "",
+    ]
+    path = model / "MODEL_CARD.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _parameters(model: Path) -> int:
+    import math
+
+    from safetensors import safe_open
+
+    with safe_open(model / "model.safetensors", "np") as handle:
+        return sum(math.prod(handle.get_slice(key).get_shape()) for key in handle.keys())
+
+
+def _vocab(model: Path) -> int:
+    return len(json.loads((model / "tokenizer.json").read_text())["model"]["vocab"])
+
+
+def ship(
+    out: str | Path,
+    run: str | Path | None = None,
+    model: str | Path | None = None,
+    step: int | None = None,
+    per_cell: int = 10,
+    rebuild: str = "",
+    log=print,
+) -> dict:
+    """Export ``run`` (at ``step``, default its final model) or copy ``model`` into ``out``, score it through
+    a Serve deployment (needs Ray) and write ``scores.json``, ``MODEL_CARD.md`` and the run's curves."""
+    from actors.pretrain import export_checkpoint
+    from actors.validation import serve_answerer
+    from serving.deployment import deploy, undeploy
+    from serving.settings import ServingConfig
+
+    out = Path(out)
+    run = Path(run) if run else None
+    if run is not None:
+        final = run / "model"
+        if step is None and final.exists():
+            shutil.copytree(final, out, dirs_exist_ok=True)
+        else:
+            export_checkpoint(run, out, step)
+        for name in ("curves.png",):
+            if (run / name).exists():
+                shutil.copy(run / name, out / name)
+        shutil.copy(run / "config.yaml", out / "pretrain_config.yaml")
+    elif model is not None and Path(model).resolve() != out.resolve():
+        shutil.copytree(model, out, dirs_exist_ok=True)
+    name = f"ship-{out.name}"
+    policy = deploy(ServingConfig(model=str(out.resolve()), max_model_len=4096, dtype="auto"), name, f"/{name}", False)
+    try:
+        scores = score_suites(serve_answerer(policy.handle, 1024), per_cell, log)
+    finally:
+        undeploy(name)
+    (out / "scores.json").write_text(json.dumps(scores, indent=1))
+    write_card(out, scores, run, rebuild or f"envengineer model ship --out {out}", out.name)
+    return scores
