@@ -53,7 +53,7 @@ class CorpusConfig(_Config):
 
 
 class OptimConfig(_Config):
-    steps: int = Field(2800, ge=1)
+    steps: int = Field(2000, ge=1)
     batch_tokens: int = Field(8192, ge=64, description="tokens per batch, padding included")
     learning_rate: float = Field(1.5e-3, gt=0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1, description="cosine schedule ends at this share of the peak")
@@ -75,7 +75,7 @@ class PretrainConfig(_Config):
     log_every: int = Field(10, ge=1)
     eval_every: int = Field(400, ge=1, description="steps between held-out scorings")
     checkpoint_every: int = Field(100, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
+    keep_checkpoints: int = Field(4, ge=1)
     max_new_tokens: int = Field(512, ge=16, description="greedy answer length for the held-out slice")
 
     @classmethod

@@ -106,8 +106,13 @@ def write_report(out: str | Path) -> Path:
         for k in rounds:
             summary = json.loads((out / f"round_{k}" / "validation.json").read_text())["summary"]
             decision = out / f"round_{k}" / "engineer" / "decision.json"
-            changes = "; ".join(json.loads(decision.read_text())["changes"]) if decision.exists() else "-"
-            lines.append(f"| {k} | {summary['valid_rate']:.1%} | {summary['optimal_rate']:.1%} | {changes or 'none'} |")
+            changes = "-"
+            if decision.exists():
+                made = json.loads(decision.read_text())
+                changes = "; ".join(made["changes"]) or "none"
+                if made.get("fallback"):
+                    changes = f"none: {made['fallback']} ({'; '.join(made.get('notes') or [])[:200]})"
+            lines.append(f"| {k} | {summary['valid_rate']:.1%} | {summary['optimal_rate']:.1%} | {changes} |")
         lines += ["", "![validation](plots/validation_by_size.png)", "![configs](plots/config_evolution.png)"]
         lines += ["![failures](plots/failures.png)"]
     if (out / "metrics.jsonl").exists():

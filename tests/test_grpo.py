@@ -158,5 +158,8 @@ def test_shipped_configs_load():
 
     configs = Path(__file__).resolve().parents[1] / "configs"
     assert load_train_config(configs / "train_tiny.yaml").grpo.group_size == 8
-    assert load_run_config(configs / "cpu-demo.yaml").engineer.preset == "V6"
+    demo = load_run_config(configs / "cpu-demo.yaml")
+    assert demo.engineer.preset == "V6"
+    assert demo.model == "models/base-v1" and not demo.warm_start  # the shipped base, no SFT
+    assert (configs.parent / demo.model / "model.safetensors").exists()
     assert load_run_config(configs / "qwen3-4b.yaml").deepspeed.zero_stage == 3

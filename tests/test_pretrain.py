@@ -78,8 +78,10 @@ def test_shipped_recipe_corpus_avoids_the_suites():
     """The first draws of the shipped base's recipe (configs/pretrain-base-v1.yaml) avoid every suite layout."""
     from pathlib import Path
 
-    config = PretrainConfig.load(Path(__file__).parents[1] / "configs" / "pretrain-base-v1.yaml")
+    config_dir = Path(__file__).parents[1] / "configs"
+    config = PretrainConfig.load(config_dir / "pretrain-base-v1.yaml")
     assert config == PretrainConfig()  # the defaults are the shipped recipe
+    assert PretrainConfig.load(config_dir / "pretrain-tiny-test.yaml").preset == "tiny"
     specs = corpus_specs(config, "pretrain", 300)
     assert {s.num_agents for s in specs} == {2, 3, 4, 5} and {s.size for s in specs} == set(range(3, 11))
 

@@ -184,9 +184,13 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_config_loads(path):
+    from actors.pretrain import PretrainConfig
     from actors.settings import load_run_config
 
-    if "variants" in yaml.safe_load(path.read_text()):
+    data = yaml.safe_load(path.read_text())
+    if "variants" in data:
         assert load_sweep(path).configs
+    elif "preset" in data:  # a pretraining recipe
+        PretrainConfig.load(path)
     else:
         load_run_config(path)

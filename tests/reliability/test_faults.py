@@ -47,7 +47,7 @@ def outcome(run_dir: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def reference(warm_model, tmp_path_factory):
+def reference(warm_model, ray_cluster, tmp_path_factory):
     """The uninterrupted run every fault is compared with: (run directory, outcome)."""
     model, _ = warm_model
     run_dir = tmp_path_factory.mktemp("reference") / "run"
