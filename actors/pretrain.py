@@ -73,10 +73,10 @@ class PretrainConfig(_Config):
     corpus: CorpusConfig = Field(default_factory=CorpusConfig)
     optim: OptimConfig = Field(default_factory=OptimConfig)
     log_every: int = Field(10, ge=1)
-    eval_every: int = Field(400, ge=1, description="steps between held-out scorings")
+    eval_every: int = Field(800, ge=1, description="steps between held-out scorings")
     checkpoint_every: int = Field(100, ge=1)
     keep_checkpoints: int = Field(4, ge=1)
-    max_new_tokens: int = Field(512, ge=16, description="greedy answer length for the held-out slice")
+    max_new_tokens: int = Field(256, ge=16, description="greedy answer length for the held-out slice")
 
     @classmethod
     def load(cls, path: str | Path) -> PretrainConfig:
