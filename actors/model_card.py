@@ -8,20 +8,16 @@ and writes ``scores.json`` and ``MODEL_CARD.md`` beside the weights.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from env.benchmark import BENCHMARK, VALIDATION, Suite, score
+from actors.metrics import read_metrics
+from env.benchmark import BENCHMARK, VALIDATION, Suite, checksum, score
 
 # The smoke slice: small enough for a test to replay through the deployment in seconds.
 SMOKE = {"suite": "validation", "agents": [2, 3], "sizes": [3, 4, 5], "per_cell": 1}
-
-
-def sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def smoke_instances():
@@ -69,8 +65,8 @@ def write_card(model: Path, scores: dict, run: Path | None, rebuild: str, name: 
 
     spec = json.loads((model / "envengineer_model.json").read_text())
     config = yaml.safe_load((run / "config.yaml").read_text()) if run else None
-    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] if run else []
-    held = [json.loads(line) for line in (run / "heldout.jsonl").read_text().splitlines()] if run else []
+    metrics = read_metrics(run / "metrics.jsonl") if run else []
+    held = read_metrics(run / "heldout.jsonl") if run else []
     parameters = _parameters(model)
     lines = [
         f"# {name}",
@@ -82,7 +78,7 @@ def write_card(model: Path, scores: dict, run: Path | None, rebuild: str, name: 
         "think block (the holes as cells, then every agent's path as cells) and the plan in the answer format. "
         "transformers and vLLM load the folder as it is.",
         "",
-        f"sha256 of `model.safetensors`: `{sha256(model / 'model.safetensors')}`",
+        f"sha256 of `model.safetensors`: `{checksum(model / 'model.safetensors')}`",
         "",
         "## Rebuild",
         "",

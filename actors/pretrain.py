@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors.demonstrations import Layout, demonstrations, layout, length_grouped_batches, suite_layouts
+from actors.metrics import read_metrics
 from env.config import MAX_SIZE, MIN_SIZE
 from env.generator import InstanceSpec, derive_seed, make_instances
 from env.instance import Instance, read_instances, write_instances
@@ -302,10 +303,10 @@ def pretrain(
 
     train, held = build_corpus(config, out, counted)
     notify("corpus-ready", instances=len(train), held_out=len(held))
+    spec = PRESETS[config.preset]
     tokenizer_dir = out / "tokenizer"
     if not (tokenizer_dir / "tokenizer.json").exists():
         tokenizer = build_tokenizer(config.vocab_size, tokenizer_texts(train, config.corpus.thinking), planner=True)
-        spec = PRESETS[config.preset]
         tokenizer.model_max_length = spec.max_positions
         tokenizer.save_pretrained(tokenizer_dir)
     from transformers import AutoTokenizer
@@ -315,7 +316,6 @@ def pretrain(
     lengths = [len(p) + len(r) for p, r in zip(data["prompt_ids"], data["response_ids"])]
     batches = Batches(lengths, config.optim.batch_tokens, derive_seed("pretrain-order", config.seed))
 
-    spec = PRESETS[config.preset]
     from dataclasses import replace
 
     model = build_model(replace(spec, seed=config.seed), tokenizer)
@@ -344,7 +344,8 @@ def pretrain(
         tic = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(optim, step)
-        ids, labels = collate_packed(data["prompt_ids"], data["response_ids"], batches[step], pad, optim.loss)
+        rows = batches[step]
+        ids, labels = collate_packed(data["prompt_ids"], data["response_ids"], rows, pad, optim.loss)
         with _autocast(model):
             loss_sum, count = loss_and_count(forward, ids, labels)
         (loss_sum / max(count, 1)).backward()
@@ -354,7 +355,7 @@ def pretrain(
         step += 1
         window["loss"] += float(loss_sum.detach())
         window["count"] += count
-        window["tokens"] += sum(lengths[i] for i in batches[step - 1])
+        window["tokens"] += sum(lengths[i] for i in rows)
         window["seconds"] += time.perf_counter() - tic
         if step % config.log_every == 0 or step == optim.steps:
             record = {
@@ -380,7 +381,7 @@ def pretrain(
     final = out / "model"
     save_bf16(model, tokenizer, final, spec)
     plot_curves(out)
-    last = _read_jsonl(heldout_path)
+    last = read_metrics(heldout_path)
     return {"step": step, "heldout": last[-1] if last else None, "model": str(final)}
 
 
@@ -410,15 +411,9 @@ def _append_jsonl(path: Path, record: dict) -> None:
         handle.write(json.dumps(record) + "\n")
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def _truncate_jsonl(path: Path, step: int) -> None:
     """Drop records after ``step`` (written after the checkpoint a resume starts from)."""
-    rows = [r for r in _read_jsonl(path) if r["step"] <= step]
+    rows = [r for r in read_metrics(path) if r["step"] <= step]
     if path.exists():
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
@@ -431,7 +426,7 @@ def plot_curves(out: str | Path) -> Path:
     import matplotlib.pyplot as plt
 
     out = Path(out)
-    metrics, held = _read_jsonl(out / "metrics.jsonl"), _read_jsonl(out / "heldout.jsonl")
+    metrics, held = read_metrics(out / "metrics.jsonl"), read_metrics(out / "heldout.jsonl")
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     left.plot([m["step"] for m in metrics], [m["loss"] for m in metrics])
     left.set(xlabel="step", ylabel="answer loss (nats/token)", yscale="log", title="training loss")

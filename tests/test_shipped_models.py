@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.model_card import sha256, smoke_instances
+from actors.model_card import smoke_instances
+from env.benchmark import checksum
 
 MODELS = sorted(p for p in (Path(__file__).resolve().parents[1] / "models").iterdir() if p.is_dir())
 
@@ -20,7 +21,7 @@ def test_shipped_model_is_small_and_its_card_names_its_weights(folder):
     size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
     assert size <= 40 * 2**20, f"{folder.name}: {size / 2**20:.1f} MiB"
     card = (folder / "MODEL_CARD.md").read_text()
-    assert sha256(folder / "model.safetensors") in card
+    assert checksum(folder / "model.safetensors") in card
     assert "envengineer model" in card  # the command that rebuilds it
     config = json.loads((folder / "config.json").read_text())
     assert config["dtype"] == "bfloat16"
