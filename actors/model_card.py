@@ -59,14 +59,16 @@ def markdown_table(scores: dict) -> str:
     return "\n".join(lines)
 
 
-def write_card(model: Path, scores: dict, run: Path | None, rebuild: str, name: str) -> Path:
-    """``MODEL_CARD.md`` of the model folder ``model`` from its ``scores`` and the pretraining ``run``."""
+def write_card(model: Path, scores: dict, run: Path | None, rebuild: str, name: str, step: int | None = None) -> Path:
+    """``MODEL_CARD.md`` of the model folder ``model`` from its ``scores`` and the pretraining ``run`` (up to
+    its checkpoint ``step``, default the end)."""
     import yaml
 
     spec = json.loads((model / "envengineer_model.json").read_text())
     config = yaml.safe_load((run / "config.yaml").read_text()) if run else None
-    metrics = read_metrics(run / "metrics.jsonl") if run else []
-    held = read_metrics(run / "heldout.jsonl") if run else []
+    last = step if step is not None else float("inf")
+    metrics = [m for m in read_metrics(run / "metrics.jsonl") if m["step"] <= last] if run else []
+    held = [h for h in read_metrics(run / "heldout.jsonl") if h["step"] <= last] if run else []
     parameters = _parameters(model)
     lines = [
         f"# {name}",
@@ -91,6 +93,10 @@ def write_card(model: Path, scores: dict, run: Path | None, rebuild: str, name: 
         corpus, optim = config["corpus"], config["optim"]
         tokens = sum(m["tokens_per_s"] * m["seconds"] for m in metrics)
         seconds = sum(m["seconds"] for m in metrics)
+        # the first interval after each (re)start also holds torch.compile and the corpus: the rate leaves it out
+        median = sorted(m["tokens_per_s"] for m in metrics)[len(metrics) // 2] if metrics else 0.0
+        steady = [m for m in metrics if m["tokens_per_s"] > median / 2]
+        rate = sum(m["tokens_per_s"] * m["seconds"] for m in steady) / max(sum(m["seconds"] for m in steady), 1e-9)
         lines += (
             [
                 "## Data",
@@ -103,13 +109,15 @@ def write_card(model: Path, scores: dict, run: Path | None, rebuild: str, name: 
                 "",
                 "## Recipe and budget",
                 "",
-                f"{optim['steps']:,} AdamW steps of at most {optim['batch_tokens']:,} tokens (length-grouped batches), "
+                (f"{step:,} AdamW steps (checkpoint {step:,} of a {optim['steps']:,}-step schedule)"
+                 if step is not None and step < optim["steps"] else f"{optim['steps']:,} AdamW steps")
+                + f" of at most {optim['batch_tokens']:,} tokens (length-grouped batches), "
                 f"peak learning rate {optim['learning_rate']:g}, {optim['warmup_steps']} warm-up steps, cosine to "
                 f"{optim['min_lr_ratio']:g} of the peak, weight decay {optim['weight_decay']:g}, clipping "
                 f"{optim['grad_clip']:g}; loss on the {optim['loss']} tokens; {optim['precision']} autocast "
                 f"(fp32 master weights){', torch.compile' if optim.get('compile') else ''}. "
-                f"{tokens / 1e6:.1f}M training tokens in {seconds / 3600:.2f} h of training steps on a 2-core CPU "
-                f"(mean {tokens / max(seconds, 1):,.0f} tokens/s); final training loss "
+                f"{tokens / 1e6:.1f}M training tokens in {seconds / 3600:.2f} h on a 2-core CPU, start-up, compilation "
+                f"and held-out scoring included ({rate:,.0f} tokens/s while training); final training loss "
                 f"{metrics[-1]['loss']:.4f}."
                 if metrics
                 else "",
@@ -200,5 +208,8 @@ def ship(
     finally:
         undeploy(name)
     (out / "scores.json").write_text(json.dumps(scores, indent=1))
-    write_card(out, scores, run, rebuild or f"envengineer model ship --out {out}", out.name)
+    if not rebuild:
+        source = f"--run {run}" + (f" --step {step}" if step is not None else "") if run else f"--model {model}"
+        rebuild = f"envengineer model ship {source} --out {out} --per-cell {per_cell}"
+    write_card(out, scores, run, rebuild, out.name, step)
     return scores

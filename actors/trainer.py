@@ -113,6 +113,8 @@ class Trainer:
         except (OSError, ray.exceptions.RayTaskError, LearnerGroupBroken) as error:
             free = shutil.disk_usage(self.run_dir).free / 2**20
             shutil.rmtree(folder, ignore_errors=True)  # incomplete: free its space, keep the previous one
+            if isinstance(error, LearnerGroupBroken) and isinstance(error.__cause__, ray.exceptions.RayActorError):
+                raise  # a rank died while saving: not a disk problem; the run resumes from the previous one
             cause = error.__cause__ if isinstance(error, LearnerGroupBroken) else error
             message = f"could not write checkpoint {folder} ({free:.1f} MiB were free on its disk): "
             message += f"{str(cause).splitlines()[-1]}; kept {checkpoint.latest(self.run_dir)}"
