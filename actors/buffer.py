@@ -14,29 +14,30 @@ from typing import Any
 
 import ray
 
+from actors.trajectory import RolloutSummary, TrajectoryBatch
 from env.stats import FailureTable
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
 class TrajectoryBuffer:
     def __init__(self):
-        self.pending: dict[int, dict[int, tuple[ray.ObjectRef, dict, dict]]] = {}
+        self.pending: dict[int, dict[int, tuple[ray.ObjectRef, FailureTable, RolloutSummary]]] = {}
         self.taken: set[int] = set()
         self.table = FailureTable()
         self.trajectories = 0
 
-    def add(self, step: int, worker: int, batch: dict, stats: dict, summary: dict) -> bool:
+    def add(self, step: int, worker: int, batch: TrajectoryBatch, table: FailureTable, summary: RolloutSummary) -> bool:
         """Store worker ``worker``'s batch of global step ``step`` in the object store, owned by the buffer
         so that it outlives the worker. False if that step was already taken (a late duplicate, ignored)."""
         if step in self.taken:
             return False
-        self.pending.setdefault(step, {})[worker] = (ray.put(batch), stats, summary)
+        self.pending.setdefault(step, {})[worker] = (ray.put(batch), table, summary)
         return True
 
     def ready(self, step: int) -> list[int]:
         return sorted(self.pending.get(step, {}))
 
-    def take(self, step: int, workers: int) -> tuple[list[ray.ObjectRef], list[dict]]:
+    def take(self, step: int, workers: int) -> tuple[list[ray.ObjectRef], list[RolloutSummary]]:
         """The batch references of ``step`` and the workers' summaries (in worker order), folding the
         batches' statistics into the running table."""
         shards = self.pending.get(step, {})
@@ -44,20 +45,24 @@ class TrajectoryBuffer:
             raise RuntimeError(f"step {step}: batches from workers {sorted(shards)}, expected 0..{workers - 1}")
         self.pending.pop(step)
         self.taken.add(step)
-        for _, stats, summary in shards.values():
-            self.table.merge(FailureTable.from_dict(stats))
-            self.trajectories += summary["samples"]
+        for _, table, summary in shards.values():
+            self.table.merge(table)
+            self.trajectories += summary.samples
         return [shards[w][0] for w in range(workers)], [shards[w][2] for w in range(workers)]
 
     def statistics(self) -> dict[str, Any]:
-        """The running failure table (every taken step) with its summary."""
-        return {"trajectories": self.trajectories, "summary": self.table.summary(), "table": self.table.to_dict()}
+        """Trajectories taken so far and the running failure table's summary."""
+        return {"trajectories": self.trajectories, "summary": self.table.summary()}
+
+    def failure_table(self) -> FailureTable:
+        """The running failure table of every taken step's rollouts (what the engineer reads)."""
+        return self.table
 
     # Checkpointing: the table, the taken steps, and batches drawn ahead of the checkpoint (overlap mode).
 
     def state(self) -> dict[str, Any]:
         pending = {
-            step: {w: (ray.get(ref), stats, summary) for w, (ref, stats, summary) in shards.items()}
+            step: {w: (ray.get(ref), table, summary) for w, (ref, table, summary) in shards.items()}
             for step, shards in self.pending.items()
         }
         return {
@@ -72,6 +77,6 @@ class TrajectoryBuffer:
         self.taken = set(state["taken"])
         self.trajectories = state["trajectories"]
         self.pending = {
-            step: {w: (ray.put(batch), stats, summary) for w, (batch, stats, summary) in shards.items()}
+            step: {w: (ray.put(batch), table, summary) for w, (batch, table, summary) in shards.items()}
             for step, shards in state["pending"].items()
         }

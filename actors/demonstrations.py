@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 
+from actors.trajectory import SFTBatch
 from env.instance import Instance
 from env.prompt import THINKING_STYLES, format_answer, render_prompt
 
@@ -41,16 +42,14 @@ def chat_prompt(tokenizer, instance: Instance) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def demonstrations(
-    instances: Iterable[Instance], tokenizer, thinking: str | None = "paths"
-) -> dict[str, list[list[int]]]:
+def demonstrations(instances: Iterable[Instance], tokenizer, thinking: str | None = "paths") -> SFTBatch:
     """Prompt token ids (as the engine tokenizes the chat prompt) and answer token ids (+ end-of-turn)."""
     prompt_ids, response_ids = [], []
     for instance in instances:
         prompt_ids.append(tokenizer(chat_prompt(tokenizer, instance))["input_ids"])
         answer = answer_text(instance, thinking) + tokenizer.eos_token
         response_ids.append(tokenizer(answer, add_special_tokens=False)["input_ids"])
-    return {"prompt_ids": prompt_ids, "response_ids": response_ids}
+    return SFTBatch(prompt_ids, response_ids)
 
 
 def length_grouped_batches(lengths: list[int], max_tokens: int, seed: int, pool: int = 64) -> list[list[int]]:

@@ -26,19 +26,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors.chat import openai_chat, serve_chat
 from actors.engineer_baselines import BASELINES
-from actors.engineer_context import PRESETS, ContextSettings, EngineerInputs, render, sections, summary_request
+from actors.engineer_context import PRESETS, ContextConfig, EngineerInputs, render, sections, summary_request
 from env.config import EnvConfig, diff, project, proposal_schema
 
 MAX_ANSWER_CHARS = 20_000
 FIXED_FIELDS = ("num_agents", "num_instances", "seed")
 
 
-class EngineerSettings(BaseModel):
+class EngineerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: Literal["policy", "base", "openai", "fixed", "random", "heuristic", "plr"] = "policy"
     preset: Literal["V1", "V2", "V3", "V4", "V5", "V6"] | None = Field("V6", description="context preset")
-    context: ContextSettings | None = Field(None, description="modules switched on one by one (overrides preset)")
+    context: ContextConfig | None = Field(None, description="modules switched on one by one (overrides preset)")
     retries: int = Field(3, ge=1, le=10, description="attempts before keeping the previous config")
     max_tokens: int = Field(512, ge=16)
     temperature: float = Field(0.7, ge=0.0)
@@ -47,7 +47,7 @@ class EngineerSettings(BaseModel):
     openai_model: str | None = None
     openai_api_key_env: str = "OPENAI_API_KEY"
 
-    def context_settings(self) -> ContextSettings:
+    def context_config(self) -> ContextConfig:
         return self.context or PRESETS[self.preset or "V1"]
 
 
@@ -96,7 +96,7 @@ def parse_proposal(text: str) -> Any:
 
 
 def decide(
-    settings: EngineerSettings,
+    settings: EngineerConfig,
     inputs: EngineerInputs,
     ask: Callable[[str, dict | None], str] | None = None,
 ) -> Decision:
@@ -106,7 +106,7 @@ def decide(
     if settings.backend in BASELINES:
         decision.parsed = BASELINES[settings.backend](inputs)
         return _accept(decision, inputs, decision.parsed)
-    context = settings.context_settings()
+    context = settings.context_config()
     problems = []
     if context.self_summary:
         try:
@@ -157,7 +157,7 @@ def _accept(decision: Decision, inputs: EngineerInputs, raw: dict[str, Any]) -> 
 # LLM backends: functions ask(prompt, json_schema) -> answer text
 
 
-def serve_backend(deployment: str, settings: EngineerSettings) -> Callable[[str, dict | None], str]:
+def serve_backend(deployment: str, settings: EngineerConfig) -> Callable[[str, dict | None], str]:
     """Ask a Serve deployment of this project (``policy`` or ``base``), under the JSON schema if given."""
     from ray import serve
 
@@ -166,7 +166,7 @@ def serve_backend(deployment: str, settings: EngineerSettings) -> Callable[[str,
     return lambda prompt, schema: chat([prompt], schema)[0]
 
 
-def openai_backend(settings: EngineerSettings) -> Callable[[str, dict | None], str]:
+def openai_backend(settings: EngineerConfig) -> Callable[[str, dict | None], str]:
     """Ask any OpenAI-compatible endpoint; the key comes from the environment variable named in the settings."""
     if not settings.openai_base_url or not settings.openai_model:
         raise ValueError("the openai backend needs openai_base_url and openai_model")
@@ -184,8 +184,8 @@ def openai_backend(settings: EngineerSettings) -> Callable[[str, dict | None], s
 class Engineer:
     """The engineer as a Ray actor: holds its settings and backend, proposes one config per round."""
 
-    def __init__(self, settings: dict, policy_deployment: str = "policy", base_deployment: str = "base"):
-        self.settings = EngineerSettings(**settings)
+    def __init__(self, settings: EngineerConfig, policy_deployment: str = "policy", base_deployment: str = "base"):
+        self.settings = settings
         self.ask = None
         if self.settings.backend in ("policy", "base"):
             name = policy_deployment if self.settings.backend == "policy" else base_deployment

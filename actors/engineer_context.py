@@ -21,7 +21,7 @@ from env.evaluate import FAILURE_CATEGORIES
 from env.stats import FailureTable
 
 
-class ContextSettings(BaseModel):
+class ContextConfig(BaseModel):
     """Which modules the engineer's prompt contains."""
 
     model_config = ConfigDict(extra="forbid")
@@ -34,13 +34,13 @@ class ContextSettings(BaseModel):
     failed_examples: int = Field(3, ge=0, le=20, description="failed validation answers shown as text")
 
 
-PRESETS: dict[str, ContextSettings] = {
-    "V1": ContextSettings(),
-    "V2": ContextSettings(guideline=True),
-    "V3": ContextSettings(guideline=True, history="with_default"),
-    "V4": ContextSettings(guideline=True, history="without_default"),
-    "V5": ContextSettings(guideline=True, history="without_default", self_summary=True),
-    "V6": ContextSettings(guideline=True, history="without_default", training_details="bookkeeping"),
+PRESETS: dict[str, ContextConfig] = {
+    "V1": ContextConfig(),
+    "V2": ContextConfig(guideline=True),
+    "V3": ContextConfig(guideline=True, history="with_default"),
+    "V4": ContextConfig(guideline=True, history="without_default"),
+    "V5": ContextConfig(guideline=True, history="without_default", self_summary=True),
+    "V6": ContextConfig(guideline=True, history="without_default", training_details="bookkeeping"),
 }
 
 
@@ -156,7 +156,7 @@ TASK = (
 )
 
 
-def sections(settings: ContextSettings, inputs: EngineerInputs, summary: str | None = None) -> list[tuple[str, str]]:
+def sections(settings: ContextConfig, inputs: EngineerInputs, summary: str | None = None) -> list[tuple[str, str]]:
     """The prompt's sections, in order, as (title, text); only the switched-on modules appear."""
     parts = [("Task", TASK), ("Current configuration", inputs.config.to_yaml())]
     if settings.failure_breakdown:
@@ -176,7 +176,7 @@ def render(parts: list[tuple[str, str]]) -> str:
     return "\n\n".join(f"## {title}\n{text}" for title, text in parts)
 
 
-def summary_request(settings: ContextSettings, inputs: EngineerInputs) -> str:
+def summary_request(settings: ContextConfig, inputs: EngineerInputs) -> str:
     """The first call of the self-summary module: describe the policy's behaviour from the evidence."""
     evidence = sections(settings.model_copy(update={"self_summary": False}), inputs)[2:]
     return render(

@@ -1,16 +1,18 @@
-"""The main job: round 0 config -> for each round: GRPO -> validation -> engineer -> next config; then the
+"""The main job: round 0 config -> for each round: train -> validate -> propose -> next config; then the
 benchmark, a report and plots.
 
-Everything a round produces is a file of the run directory, written when that part completes:
-``round_<k>/env_config.yaml``, ``round_<k>/validation.json``, ``round_<k>/engineer/`` (prompt, response,
-decision); with the trainer's ``metrics.jsonl`` and ``checkpoints/``, a rerun with the same directory
-skips what is done and resumes training from its last checkpoint (never redoing a finished round).
+The stages hand each other values (the round's config, the ``ValidationResult`` with its failed cases,
+the trainer's rollout failure table, the engineer's ``Decision``). Each value is also written once to the
+run directory (``actors.run_dir.RunDir``) when its stage completes: that is the resume record, so a rerun
+with the same directory reads back what is done and resumes training from its last checkpoint (never
+redoing a finished round).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ import yaml
 
 from actors.engineer import Decision, Engineer
 from actors.engineer_context import EngineerInputs, FailedCase, RoundRecord
+from actors.run_dir import RunDir, read_json
 from actors.settings import RunConfig
 from actors.validation import Validator, eval_instances
 from env.benchmark import BENCHMARK, VALIDATION, score
@@ -58,6 +61,29 @@ def round0(config: RunConfig) -> EnvConfig:
     return config.env or random_config(config.seed)
 
 
+@dataclass
+class ValidationResult:
+    """Greedy validation after a round (-1: the starting policy): the failure table and the first failed
+    answers the engineer is shown."""
+
+    round: int
+    table: FailureTable
+    failed_cases: list[FailedCase]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "summary": self.table.summary(),
+            "table": self.table.to_dict(),
+            "failed_cases": [asdict(c) for c in self.failed_cases],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ValidationResult:
+        cases = [FailedCase(**c) for c in data["failed_cases"]]
+        return cls(data["round"], FailureTable.from_dict(data["table"]), cases)
+
+
 def failed_cases(instances, verdicts, answers, count: int) -> list[FailedCase]:
     cases = []
     for instance, verdict, answer in zip(instances, verdicts, answers):
@@ -74,7 +100,7 @@ def start_engineer(config: RunConfig, trainer, initial_model: str):
 
         deploy(config.serving_config().model_copy(update={"model": initial_model}), base, f"/{base}", False)
     options = {"name": "engineer", "namespace": trainer.namespace, **RESTARTABLE}
-    return Engineer.options(**options).remote(config.engineer.model_dump(), trainer.policy.name, base)
+    return Engineer.options(**options).remote(config.engineer, trainer.policy.name, base)
 
 
 def stop_engineer(config: RunConfig) -> None:
@@ -91,13 +117,13 @@ def run_job(
     ``on_round(k, summary)`` gets each round's validation summary (a sweep reports it to Tune)."""
     from actors.trainer import Trainer
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "run_config.yaml").write_text(yaml.safe_dump(json.loads(config.model_dump_json()), sort_keys=False))
-    model = prepare_model(config, out, log)
+    run = RunDir(out)
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.run_config.write_text(yaml.safe_dump(json.loads(config.model_dump_json()), sort_keys=False))
+    model = prepare_model(config, run.path, log)
     if config.score_start:
-        score_start(config, model, out / "start", log)
-    train_config = config.model_copy(update={"model": model, "run_dir": str(out), "env": round0(config)})
+        score_start(config, model, run.start, log)
+    train_config = config.model_copy(update={"model": model, "run_dir": str(run.path), "env": round0(config)})
     trainer = Trainer(train_config)
     validation = eval_instances(VALIDATION, config.validation)
     options = {"name": "validator", "namespace": trainer.namespace, **RESTARTABLE}
@@ -107,49 +133,58 @@ def run_job(
         if trainer.resume():
             log(f"resumed from {trainer.resumed_from}")
         engineer = start_engineer(config, trainer, model)
+        env = round_config(run, 0, round0(config))
         for k in range(config.rounds):
-            folder = out / f"round_{k}"
-            config_path = folder / "env_config.yaml"
-            if not config_path.exists():
-                save_config(round0(config), config_path)
-            env = load_config(config_path)
             if trainer.state.round <= k:
                 train_with_progress(trainer, k, env, config.grpo.steps_per_round, log)
-            table = validation_report(folder, validator, validation, config, log, k)
-            trainer.telemetry.validation(k, table.summary())
+            result = validate_round(run.round(k).validation, validator, validation, config, log, k)
+            trainer.telemetry.validation(k, result.table.summary())
             if on_round:
-                on_round(k, table.summary())
-            history.append(RoundRecord(k, env, table))
-            if k + 1 < config.rounds and not (out / f"round_{k + 1}" / "env_config.yaml").exists():
-                decision = engineer_step(config, trainer, env, table, history, folder, engineer, k)
-                trainer.telemetry.decision(decision.backend, bool(decision.changes), decision.fallback is not None)
-                save_config(decision.config, out / f"round_{k + 1}" / "env_config.yaml")
-                log(f"round {k}: engineer ({decision.backend}) -> {decision.changes or 'no change'}")
-        final = benchmark_report(out, validator, config, log)
+                on_round(k, result.table.summary())
+            history.append(RoundRecord(k, env, result.table))
+            if k + 1 < config.rounds:
+                if not run.round(k + 1).env_config.exists():
+                    decision = propose(config, trainer.rollout_failures(), env, result, history, run.round(k), engineer)
+                    trainer.telemetry.decision(decision.backend, bool(decision.changes), decision.fallback is not None)
+                    log(f"round {k}: engineer ({decision.backend}) -> {decision.changes or 'no change'}")
+                    env = round_config(run, k + 1, decision.config)
+                else:
+                    env = round_config(run, k + 1, None)
+        final = benchmark_report(run, validator, config, log)
     finally:
         ray.kill(validator)
         stop_engineer(config)
         trainer.shutdown()
     from actors.report import write_report
 
-    write_report(out)
+    write_report(run.path)
     return final
 
 
-def score_start(config: RunConfig, model: str, out: Path, log: Log) -> None:
-    """The starting policy, before any RL, on the run's validation and benchmark instances: written as a
-    round's ``validation.json`` (round -1) and a run's ``final/benchmark.json`` in ``out``; kept once done."""
+def round_config(run: RunDir, k: int, proposed: EnvConfig | None) -> EnvConfig:
+    """Round ``k``'s configuration: ``proposed``, written once as the resume record, or the one written
+    before (``proposed`` is None only when resuming)."""
+    path = run.round(k).env_config
+    if not path.exists():
+        save_config(proposed, path)
+        return proposed
+    return load_config(path)
+
+
+def score_start(config: RunConfig, model: str, start: RunDir, log: Log) -> None:
+    """The starting policy, before any RL, on the run's validation and benchmark instances: written as
+    ``start/validation.json`` (round -1) and ``start/final/benchmark.json``; kept once done."""
     from serving.deployment import deploy, undeploy
 
-    if (out / "final" / "benchmark.json").exists():
+    if start.benchmark.exists():
         return
-    out.mkdir(parents=True, exist_ok=True)
+    start.path.mkdir(parents=True, exist_ok=True)
     name = config.app_name("start")
     deploy(config.serving_config().model_copy(update={"model": model}), name, f"/{name}", follow_updates=False)
     validator = Validator.remote(name)
     try:
-        validation_report(out, validator, eval_instances(VALIDATION, config.validation), config, log, -1)
-        benchmark_report(out, validator, config, log)
+        validate_round(start.validation, validator, eval_instances(VALIDATION, config.validation), config, log, -1)
+        benchmark_report(start, validator, config, log)
     finally:
         ray.kill(validator)
         undeploy(name)
@@ -170,51 +205,51 @@ def train_with_progress(trainer, k: int, env: EnvConfig, steps: int, log: Log) -
         trainer.train_round(k, env, on_step=on_step)
 
 
-def validation_report(folder: Path, validator, instances, config: RunConfig, log: Log, k: int) -> FailureTable:
-    path = folder / "validation.json"
+def validate_round(path: Path, validator, instances, config: RunConfig, log: Log, k: int) -> ValidationResult:
+    """Greedy validation of the served policy after round ``k``, written to ``path`` once (read back when
+    resuming)."""
     if path.exists():
-        return FailureTable.from_dict(json.loads(path.read_text())["table"])
+        return ValidationResult.from_dict(read_json(path))
     table, verdicts, answers = ray.get(validator.score.remote(instances, config.validation.max_tokens))
-    cases = failed_cases(instances, verdicts, answers, config.engineer.context_settings().failed_examples)
-    report = {
-        "round": k,
-        "summary": table.summary(),
-        "table": table.to_dict(),
-        "failed_cases": [c.__dict__ for c in cases],
-    }
-    path.write_text(json.dumps(report, indent=1))
+    cases = failed_cases(instances, verdicts, answers, config.engineer.context_config().failed_examples)
+    result = ValidationResult(k, table, cases)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result.to_dict(), indent=1))
     summary = table.summary()
     when = f"round {k}" if k >= 0 else "before RL"
     log(f"{when}: validation valid {summary['valid_rate']:.1%}, optimal {summary['optimal_rate']:.1%}")
-    return table
+    return result
 
 
-def engineer_step(config, trainer, env, table, history, folder, engineer, k) -> Decision:
-    report = json.loads((folder / "validation.json").read_text())
-    rollouts = ray.get(trainer.buffer.statistics.remote())["table"]
+def propose(config: RunConfig, rollouts: FailureTable, env: EnvConfig, result: ValidationResult, history,
+            folder, engineer) -> Decision:  # fmt: skip
+    """The engineer's decision for the next round from this round's evidence (saved in ``folder.engineer``)."""
     inputs = EngineerInputs(
-        round=k,
+        round=result.round,
         config=env,
-        validation=table,
-        rollouts=FailureTable.from_dict(rollouts),
-        failed_cases=[FailedCase(**c) for c in report["failed_cases"]],
+        validation=result.table,
+        rollouts=rollouts,
+        failed_cases=result.failed_cases,
         history=history[:-1],  # earlier rounds; this one is the failure breakdown
         training=json.loads(config.grpo.model_dump_json()) | {"deepspeed": config.deepspeed.model_dump()},
-        bookkeeping={"round": k, "steps_per_round": config.grpo.steps_per_round, "budget": env.num_instances},
+        bookkeeping={
+            "round": result.round,
+            "steps_per_round": config.grpo.steps_per_round,
+            "budget": env.num_instances,
+        },
     )
-    return ray.get(engineer.propose.remote(inputs, str(folder / "engineer")))
+    return ray.get(engineer.propose.remote(inputs, str(folder.engineer)))
 
 
-def benchmark_report(out: Path, validator, config: RunConfig, log: Log) -> dict[str, Any]:
-    path = out / "final" / "benchmark.json"
-    if path.exists():
-        return json.loads(path.read_text())
+def benchmark_report(run: RunDir, validator, config: RunConfig, log: Log) -> dict[str, Any]:
+    if run.benchmark.exists():
+        return read_json(run.benchmark)
     instances = eval_instances(BENCHMARK, config.benchmark)
     log(f"benchmark: {len(instances)} instances")
     _, verdicts, _ = ray.get(validator.score.remote(instances, config.benchmark.max_tokens))
     table = score(instances, {v.id: v for v in verdicts})
-    path.parent.mkdir(parents=True, exist_ok=True)
+    run.benchmark.parent.mkdir(parents=True, exist_ok=True)
     result = {"table": table.to_dict(), "markdown": table.to_markdown()}
-    path.write_text(json.dumps(result, indent=1))
+    run.benchmark.write_text(json.dumps(result, indent=1))
     log("\n" + table.to_markdown())
     return result

@@ -22,11 +22,12 @@ import numpy as np
 import ray
 
 from actors.grpo import clipped_surrogate, collate, group_advantages, informative_groups, sft_loss_sum, token_logprobs
-from actors.settings import DeepSpeedSettings, GRPOSettings
+from actors.settings import DeepSpeedConfig, GRPOConfig
+from actors.trajectory import SFTBatch, TrajectoryBatch
 
 
 def deepspeed_config(
-    settings: DeepSpeedSettings, learning_rate: float, micro_batch_size: int, warmup_steps: int = 0
+    settings: DeepSpeedConfig, learning_rate: float, micro_batch_size: int, warmup_steps: int = 0
 ) -> dict[str, Any]:
     scheduler = {
         "type": "WarmupLR",
@@ -49,12 +50,19 @@ def deepspeed_config(
 @ray.remote
 class Learner:
     def __init__(
-        self, rank: int, world_size: int, model: str, settings: dict, learning_rate: float, seed: int, warmup: int
+        self,
+        rank: int,
+        world_size: int,
+        model: str,
+        settings: DeepSpeedConfig,
+        learning_rate: float,
+        seed: int,
+        warmup: int,
     ):
         self.rank, self.world_size = rank, world_size
         self.warmup_steps = warmup
         self.model_path = model
-        self.settings = DeepSpeedSettings(**settings)
+        self.settings = settings
         self.learning_rate = learning_rate
         self.seed = seed
         self.engine = None
@@ -101,13 +109,21 @@ class Learner:
     # ------------------------------------------------------------------------------------------
     # Training
 
-    def _accumulate(self, rows: np.ndarray, data: dict[str, list], loss_fn) -> dict[str, float]:
-        """Forward/backward this rank's share of ``rows`` in micro-batches, then one optimizer step.
+    def _accumulate(
+        self,
+        rows: np.ndarray,
+        data: TrajectoryBatch | SFTBatch,
+        loss_fn,
+        advantages: list[float] | None = None,
+    ) -> dict[str, float]:
+        """Forward/backward this rank's share of ``rows`` of ``data`` in micro-batches, then one optimizer
+        step. GRPO passes the rows' ``advantages`` (and uses the batch's behaviour logprobs); SFT passes none.
         ``loss_fn(new_logprobs, micro_batch) -> (loss sum, stats)``; totals are summed over ranks."""
         import torch
         import torch.distributed as dist
 
-        tokens = sum(len(data["response_ids"][i]) for i in rows)
+        grpo = isinstance(data, TrajectoryBatch)
+        tokens = sum(len(data.response_ids[i]) for i in rows)
         shard = rows[self.rank :: self.world_size]
         micro_batches = max(1, math.ceil(math.ceil(len(rows) / self.world_size) / self.micro_batch_size))
         totals: dict[str, float] = {"loss_sum": 0.0}
@@ -117,10 +133,10 @@ class Learner:
             if not chosen:  # keep in step with the other ranks' all-reduce
                 chosen, weights = [rows[0]], [0.0]
             batch = collate(
-                [data["prompt_ids"][i] for i in chosen],
-                [data["response_ids"][i] for i in chosen],
-                [data["logprobs"][i] for i in chosen] if "logprobs" in data else None,
-                [data["advantage"][i] for i in chosen] if "advantage" in data else None,
+                [data.prompt_ids[i] for i in chosen],
+                [data.response_ids[i] for i in chosen],
+                [data.logprobs[i] for i in chosen] if grpo else None,
+                [advantages[i] for i in chosen] if grpo else None,
                 self.pad_id,
                 weights,
             )
@@ -154,14 +170,13 @@ class Learner:
             float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
         )
 
-    def train_grpo(self, batches: list[ray.ObjectRef], grpo: dict) -> dict[str, Any]:
+    def train_grpo(self, batches: list[ray.ObjectRef], settings: GRPOConfig) -> dict[str, Any]:
         """One GRPO step on the step's batches (``batches`` is a list of references, fetched here)."""
         import torch
 
-        settings = GRPOSettings(**grpo)
-        data = merge_batches(ray.get(batches))
-        rewards, groups = np.asarray(data["reward"]), np.asarray(data["group"])
-        data["advantage"] = group_advantages(rewards, groups, settings.scale_by_std).tolist()
+        data = TrajectoryBatch.merge(ray.get(batches))
+        rewards, groups = np.asarray(data.reward), np.asarray(data.group)
+        advantages = group_advantages(rewards, groups, settings.scale_by_std).tolist()
         signal = informative_groups(rewards, groups)  # groups whose samples' rewards differ
         keep = signal if settings.drop_zero_variance else np.ones(len(rewards), bool)
         rows = np.flatnonzero(keep)
@@ -182,7 +197,7 @@ class Learner:
                 new_logprobs, batch, settings.clip_low, settings.clip_high, reference, settings.kl_coef
             )
 
-        totals = self._accumulate(rows, data, loss_fn)
+        totals = self._accumulate(rows, data, loss_fn, advantages)
         n = max(totals["tokens"], 1)
         return info | {
             "skipped": False,
@@ -197,9 +212,9 @@ class Learner:
         }
 
     def train_sft(self, examples: list[ray.ObjectRef]) -> dict[str, float]:
-        """One optimizer step of next-token loss on demonstration answers."""
+        """One optimizer step of next-token loss on demonstration answers (one ``SFTBatch`` reference)."""
         (data,) = ray.get(examples)
-        totals = self._accumulate(np.arange(len(data["response_ids"])), data, lambda lp, b: (sft_loss_sum(lp, b), {}))
+        totals = self._accumulate(np.arange(len(data.response_ids)), data, lambda lp, b: (sft_loss_sum(lp, b), {}))
         return {"loss": totals["loss_sum"] / max(totals["tokens"], 1), "grad_norm": totals["grad_norm"]}
 
     # ------------------------------------------------------------------------------------------
@@ -272,19 +287,6 @@ def _to_device(batch, device):
     return replace(batch, **{f.name: getattr(batch, f.name).to(device) for f in fields(batch)})
 
 
-def merge_batches(batches: list[dict[str, list]]) -> dict[str, list]:
-    """Concatenate workers' batches; group ids are made unique across them."""
-    merged: dict[str, list] = {}
-    offset = 0
-    for batch in batches:
-        for key, values in batch.items():
-            if key == "group":
-                values = [g + offset for g in values]
-            merged.setdefault(key, []).extend(values)
-        offset += len(batch.get("features", []))
-    return merged
-
-
 class LearnerGroupBroken(RuntimeError):
     """A learner rank died, or failed while the others went on into a collective: the group cannot go on
     (its process group is out of step); the run resumes from its last checkpoint."""
@@ -305,7 +307,7 @@ class LearnerGroup:
             options["namespace"] = namespace
         self.actors = [
             Learner.options(name=f"learner-{rank}" if namespace else None, **options).remote(
-                rank, resources.learners, model, settings.model_dump(), learning_rate, seed, warmup_steps
+                rank, resources.learners, model, settings, learning_rate, seed, warmup_steps
             )
             for rank in range(resources.learners)
         ]
@@ -340,3 +342,24 @@ class LearnerGroup:
     def shutdown(self) -> None:
         for actor in self.actors:
             ray.kill(actor)
+
+
+def start_policy(config, deployment: str, learning_rate: float, namespace: str, warmup_steps: int = 0):
+    """The served policy and its learner group, as SFT and GRPO both train it: the Serve deployment of
+    ``config.model`` named ``deployment`` and the learners (with a frozen reference when GRPO's KL is on).
+    ``config`` is a ``TrainConfig``; returns ``(policy, learners)``."""
+    from serving.deployment import deploy
+
+    policy = deploy(config.serving_config(), name=deployment, route_prefix=f"/{deployment}")
+    learners = LearnerGroup(
+        config.model,
+        config.deepspeed,
+        config.resources,
+        learning_rate,
+        config.seed,
+        config.grpo.micro_batch_size,
+        reference=config.grpo.kl_coef > 0,
+        warmup_steps=warmup_steps,
+        namespace=namespace,
+    )
+    return policy, learners

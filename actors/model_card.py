@@ -109,8 +109,11 @@ def write_card(model: Path, scores: dict, run: Path | None, rebuild: str, name: 
                 "",
                 "## Recipe and budget",
                 "",
-                (f"{step:,} AdamW steps (checkpoint {step:,} of a {optim['steps']:,}-step schedule)"
-                 if step is not None and step < optim["steps"] else f"{optim['steps']:,} AdamW steps")
+                (
+                    f"{step:,} AdamW steps (checkpoint {step:,} of a {optim['steps']:,}-step schedule)"
+                    if step is not None and step < optim["steps"]
+                    else f"{optim['steps']:,} AdamW steps"
+                )
                 + f" of at most {optim['batch_tokens']:,} tokens (length-grouped batches), "
                 f"peak learning rate {optim['learning_rate']:g}, {optim['warmup_steps']} warm-up steps, cosine to "
                 f"{optim['min_lr_ratio']:g} of the peak, weight decay {optim['weight_decay']:g}, clipping "

@@ -313,7 +313,7 @@ def pretrain(
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     data = demonstrations(train, tokenizer, config.corpus.thinking)
-    lengths = [len(p) + len(r) for p, r in zip(data["prompt_ids"], data["response_ids"])]
+    lengths = [len(p) + len(r) for p, r in zip(data.prompt_ids, data.response_ids)]
     batches = Batches(lengths, config.optim.batch_tokens, derive_seed("pretrain-order", config.seed))
 
     from dataclasses import replace
@@ -345,7 +345,7 @@ def pretrain(
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(optim, step)
         rows = batches[step]
-        ids, labels = collate_packed(data["prompt_ids"], data["response_ids"], rows, pad, optim.loss)
+        ids, labels = collate_packed(data.prompt_ids, data.response_ids, rows, pad, optim.loss)
         with _autocast(model):
             loss_sum, count = loss_and_count(forward, ids, labels)
         (loss_sum / max(count, 1)).backward()

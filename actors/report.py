@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from actors.metrics import read_metrics
+from actors.run_dir import RoundDir, RunDir, read_json
 from env.config import load_config
 from env.evaluate import FAILURE_CATEGORIES
 from env.stats import FailureTable
 
 
-def _rounds(out: Path) -> list[int]:
-    return sorted(int(p.name.split("_")[1]) for p in out.glob("round_*") if (p / "validation.json").exists())
-
-
-def plot_validation(out: Path, rounds: list[int], path: Path) -> None:
+def plot_validation(rounds: list[RoundDir], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    for k in rounds:
-        table = FailureTable.from_dict(json.loads((out / f"round_{k}" / "validation.json").read_text())["table"])
+    for r in rounds:
+        k = r.index
+        table = FailureTable.from_dict(read_json(r.validation)["table"])
         by_size = table.by("size")
         sizes = sorted(by_size)
         axes[0].plot(sizes, [by_size[s].valid / by_size[s].total for s in sizes], marker="o", label=f"round {k}")
@@ -33,34 +30,60 @@ def plot_validation(out: Path, rounds: list[int], path: Path) -> None:
     plt.close(figure)
 
 
-def plot_configs(out: Path, rounds: list[int], path: Path) -> None:
+def config_profile(sizes: dict) -> dict[str, float]:
+    """A config's shape from its ``sizes`` mapping (size -> knobs as dicts): data share on maps up to 5x5,
+    data-weighted hole and WAIT ratios, sizes in use."""
+    used = {int(size): knobs for size, knobs in sizes.items() if knobs["data_ratio"] > 0}
+    total = sum(k["data_ratio"] for k in used.values()) or 1.0
+    return {
+        "small": sum(k["data_ratio"] for size, k in used.items() if size <= 5) / total,
+        "hole": sum(k["data_ratio"] * k["hole_ratio"] for k in used.values()) / total,
+        "wait": sum(k["data_ratio"] * k["wait_ratio"] for k in used.values()) / total,
+        "sizes": len(used),
+    }
+
+
+def plot_config_evolution(panels: dict[str, list[RunDir]], path: Path) -> None:
+    """One column per panel (a run, or a sweep variant's seeds): per round, the data share of each map size
+    (stacked bars) and the data-weighted hole and WAIT ratios, each a mean over the panel's runs."""
     import matplotlib.pyplot as plt
 
-    configs = [load_config(out / f"round_{k}" / "env_config.yaml") for k in rounds]
-    sizes = sorted({s for c in configs for s in c.sizes})
-    figure, axes = plt.subplots(1, 3, figsize=(13, 4))
-    bottom = [0.0] * len(rounds)
-    for size in sizes:
-        shares = [c.sizes[size].data_ratio if size in c.sizes else 0.0 for c in configs]
-        axes[0].bar(rounds, shares, bottom=bottom, label=f"{size}x{size}")
-        bottom = [b + s for b, s in zip(bottom, shares)]
-    axes[0].set(title="data_ratio by size", xlabel="round")
-    axes[0].legend(fontsize=7)
-    for axis, knob in zip(axes[1:], ("hole_ratio", "wait_ratio")):
-        for size in sizes:
-            values = [getattr(c.sizes[size], knob) if size in c.sizes else None for c in configs]
-            axis.plot(rounds, values, marker="o", label=f"{size}x{size}")
-        axis.set(title=knob, xlabel="round")
+    figure, axes = plt.subplots(2, len(panels), figsize=(3.4 * len(panels) + 1, 6), sharey="row", squeeze=False)
+    colours = plt.get_cmap("viridis")
+    for column, (title, runs) in enumerate(panels.items()):
+        by_round: dict[int, list[dict]] = {}  # round -> the runs' size mappings
+        for run in runs:
+            for r in run.rounds():
+                if r.env_config.exists():
+                    config = load_config(r.env_config)
+                    by_round.setdefault(r.index, []).append({s: k.model_dump() for s, k in config.sizes.items()})
+        rounds = sorted(by_round)
+        top, bottom_axis = axes[0][column], axes[1][column]
+        bottom = [0.0] * len(rounds)
+        for size in range(3, 11):
+            heights = [sum(m[size]["data_ratio"] for m in by_round[k] if size in m) / len(by_round[k]) for k in rounds]
+            top.bar(rounds, heights, bottom=bottom, color=colours((size - 3) / 7), label=f"{size}x{size}")
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        for knob, label in (("hole", "hole ratio"), ("wait", "WAIT ratio")):
+            means = [sum(config_profile(m)[knob] for m in by_round[k]) / len(by_round[k]) for k in rounds]
+            bottom_axis.plot(rounds, means, marker="o", label=label)
+        top.set(title=title, xticks=rounds)
+        bottom_axis.set(xlabel="round", xticks=rounds, ylim=(0, 1))
+    axes[0][0].set_ylabel("data ratio by map size")
+    axes[1][0].set_ylabel("data-weighted ratio")
+    axes[0][-1].legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    axes[1][-1].legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
 
 
-def plot_failures(out: Path, rounds: list[int], path: Path) -> None:
+def plot_failures(rounds: list[RoundDir], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     figure, axis = plt.subplots(figsize=(7, 4))
-    summaries = [json.loads((out / f"round_{k}" / "validation.json").read_text())["summary"] for k in rounds]
+    summaries = [read_json(r.validation)["summary"] for r in rounds]
+    rounds = [r.index for r in rounds]
     bottom = [0.0] * len(rounds)
     for category in FAILURE_CATEGORIES:
         shares = [s["failures"][category] for s in summaries]
@@ -73,10 +96,10 @@ def plot_failures(out: Path, rounds: list[int], path: Path) -> None:
     plt.close(figure)
 
 
-def plot_reward(out: Path, path: Path) -> None:
+def plot_reward(metrics: Path, path: Path) -> None:
     import matplotlib.pyplot as plt
 
-    records = read_metrics(out / "metrics.jsonl")
+    records = read_metrics(metrics)
     figure, axis = plt.subplots(figsize=(7, 4))
     steps = [r["global_step"] for r in records]
     axis.plot(steps, [r["reward_mean"] for r in records], label="mean reward")
@@ -93,43 +116,38 @@ def write_report(out: str | Path) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
-    out = Path(out)
-    plots = out / "plots"
-    plots.mkdir(exist_ok=True)
-    rounds = _rounds(out)
-    lines = [f"# Run report: {out.name}", ""]
+    run = RunDir(out)
+    run.plots.mkdir(exist_ok=True)
+    rounds = run.rounds(validated=True)
+    lines = [f"# Run report: {run.path.name}", ""]
     if rounds:
-        plot_validation(out, rounds, plots / "validation_by_size.png")
-        plot_configs(out, rounds, plots / "config_evolution.png")
-        plot_failures(out, rounds, plots / "failures.png")
+        plot_validation(rounds, run.plots / "validation_by_size.png")
+        plot_config_evolution({run.path.name: [run]}, run.plots / "config_evolution.png")
+        plot_failures(rounds, run.plots / "failures.png")
         lines += ["| round | valid | optimal | engineer changes |", "|---|---|---|---|"]
-        for k in rounds:
-            summary = json.loads((out / f"round_{k}" / "validation.json").read_text())["summary"]
-            decision = out / f"round_{k}" / "engineer" / "decision.json"
+        for r in rounds:
+            summary = read_json(r.validation)["summary"]
             changes = "-"
-            if decision.exists():
-                made = json.loads(decision.read_text())
+            if r.decision.exists():
+                made = read_json(r.decision)
                 changes = "; ".join(made["changes"]) or "none"
                 if made.get("fallback"):
                     changes = f"none: {made['fallback']} ({'; '.join(made.get('notes') or [])[:200]})"
-            lines.append(f"| {k} | {summary['valid_rate']:.1%} | {summary['optimal_rate']:.1%} | {changes} |")
+            lines.append(f"| {r.index} | {summary['valid_rate']:.1%} | {summary['optimal_rate']:.1%} | {changes} |")
         lines += ["", "![validation](plots/validation_by_size.png)", "![configs](plots/config_evolution.png)"]
         lines += ["![failures](plots/failures.png)"]
-    if (out / "metrics.jsonl").exists():
-        plot_reward(out, plots / "reward.png")
+    if run.metrics.exists():
+        plot_reward(run.metrics, run.plots / "reward.png")
         lines += ["![reward](plots/reward.png)"]
-    start = out / "start"
-    if (start / "validation.json").exists():
-        summary = json.loads((start / "validation.json").read_text())["summary"]
+    if run.start.validation.exists():
+        summary = read_json(run.start.validation)["summary"]
         lines += ["", f"Before RL (the starting policy): validation valid {summary['valid_rate']:.1%}, "
                   f"optimal {summary['optimal_rate']:.1%}."]  # fmt: skip
-    benchmark = out / "final" / "benchmark.json"
-    tables = [("Before RL (the starting policy)", start / "final" / "benchmark.json"), ("After RL", benchmark)]
+    tables = [("Before RL (the starting policy)", run.start.benchmark), ("After RL", run.benchmark)]
     tables = [(title, path) for title, path in tables if path.exists()]
     if tables:
         lines += ["", "## Benchmark (acc./opt. in %, Sum = mean over sizes)"]
         for title, path in tables:
-            lines += ["", f"**{title}**", "", json.loads(path.read_text())["markdown"]]
-    path = out / "report.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+            lines += ["", f"**{title}**", "", read_json(path)["markdown"]]
+    run.report.write_text("\n".join(lines) + "\n")
+    return run.report

@@ -12,11 +12,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from actors.engineer import EngineerSettings
+from actors.engineer import EngineerConfig
 from env.config import ConfigError, EnvConfig, SizeConfig, format_errors
 from env.evaluate import RewardConfig
+from serving.settings import ServingConfig
 
 
 def small_maps(num_instances: int, seed: int = 0) -> EnvConfig:
@@ -31,11 +32,11 @@ def run_namespace(label: str) -> str:
     return f"envengineer-{label or 'run'}-{uuid.uuid4().hex[:8]}"
 
 
-class _Settings(BaseModel):
+class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class GRPOSettings(_Settings):
+class GRPOConfig(_Config):
     """GRPO: groups of samples per prompt, group-relative advantages, token-level clipped ratio."""
 
     prompts_per_step: int = Field(16, ge=1, description="distinct instances per step (over all rollout workers)")
@@ -57,7 +58,7 @@ class GRPOSettings(_Settings):
     reward: RewardConfig = Field(default_factory=RewardConfig)
 
 
-class DeepSpeedSettings(_Settings):
+class DeepSpeedConfig(_Config):
     zero_stage: int = Field(0, ge=0, le=3)
     precision: Literal["fp32", "bf16"] = "fp32"
     gradient_clipping: float = Field(1.0, ge=0.0, description="max global grad norm (0 = off)")
@@ -66,7 +67,7 @@ class DeepSpeedSettings(_Settings):
     shm_comm: bool = Field(False, description="build DeepSpeed's CPU shared-memory all-reduce (~1 min compile)")
 
 
-class ResourceSettings(_Settings):
+class ResourceConfig(_Config):
     rollout_workers: int = Field(2, ge=1)
     learners: int = Field(1, ge=1, description="data-parallel learner ranks (one torch.distributed group)")
     learner_cpus: float = Field(1.0, gt=0)
@@ -76,12 +77,12 @@ class ResourceSettings(_Settings):
     max_restarts: int = Field(3, ge=0, description="restarts of a dead actor; its task is retried")
 
 
-class CheckpointSettings(_Settings):
+class CheckpointConfig(_Config):
     every_steps: int = Field(0, ge=0, description="also checkpoint every S steps (0 = at round ends only)")
     keep: int = Field(2, ge=1, description="checkpoints kept on disk")
 
 
-class NetworkSettings(_Settings):
+class NetworkConfig(_Config):
     """Where the run listens when it starts Ray and Serve itself (a cluster's own settings win when joined)."""
 
     dashboard_host: str = Field("127.0.0.1", description="Ray dashboard bind address (0.0.0.0 exposes it)")
@@ -89,7 +90,7 @@ class NetworkSettings(_Settings):
     serve_port: int = Field(8000, ge=1, le=65535, description="Serve's HTTP port")
 
 
-class SFTSettings(_Settings):
+class SFTConfig(_Config):
     """Warm start on solver demonstrations (prompt -> optimal plan in the answer format)."""
 
     env: EnvConfig = Field(default_factory=lambda: small_maps(4000, seed=1), description="the demonstrations")
@@ -101,7 +102,7 @@ class SFTSettings(_Settings):
     validation_instances: int = Field(64, ge=0, description="held-out 3x3/4x4 instances scored before and after")
 
 
-class TrainConfig(_Settings):
+class TrainConfig(_Config):
     """A training run: the policy, the round's environment, and how to train it."""
 
     run_dir: str = Field("runs/default", description="metrics, TensorBoard events, checkpoints")
@@ -114,18 +115,15 @@ class TrainConfig(_Settings):
     model: str = Field(description="local Hugging Face folder of the initial policy")
     seed: int = Field(0, ge=0, description="seed of sampling, shuffling and initialisation")
     env: EnvConfig = Field(description="the round's environment configuration")
-    serving: dict[str, Any] = Field(default_factory=dict, description="serving.settings.ServingConfig fields")
-    grpo: GRPOSettings = Field(default_factory=GRPOSettings)
-    deepspeed: DeepSpeedSettings = Field(default_factory=DeepSpeedSettings)
-    resources: ResourceSettings = Field(default_factory=ResourceSettings)
-    checkpoint: CheckpointSettings = Field(default_factory=CheckpointSettings)
-    sft: SFTSettings = Field(default_factory=SFTSettings)
-    network: NetworkSettings = Field(default_factory=NetworkSettings)
-
-    @model_validator(mode="after")
-    def _check_serving(self) -> TrainConfig:
-        self.serving_config()  # unknown or bad serving fields fail at load time
-        return self
+    serving: ServingConfig = Field(
+        default_factory=ServingConfig, description="how the policy is served (model and seed default to the run's)"
+    )
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    deepspeed: DeepSpeedConfig = Field(default_factory=DeepSpeedConfig)
+    resources: ResourceConfig = Field(default_factory=ResourceConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
 
     def required_cpus(self) -> float:
         """Logical CPUs the run's actors reserve (Serve replicas, learners, rollout workers)."""
@@ -136,10 +134,11 @@ class TrainConfig(_Settings):
         """The Serve application of a role (``policy``, ``base``) in this run: unique per label."""
         return f"{self.label}-{role}" if self.label else role
 
-    def serving_config(self):
-        from serving.settings import ServingConfig
-
-        return ServingConfig(**({"model": self.model, "seed": self.seed} | self.serving))
+    def serving_config(self) -> ServingConfig:
+        """The serving section with the run's policy and seed filled in (unless the section names its own)."""
+        given = self.serving.model_fields_set
+        own = {"model": self.model} if "model" not in given or not self.serving.model else {}
+        return self.serving.model_copy(update=own | ({} if "seed" in given else {"seed": self.seed}))
 
 
 def _load(schema, path: str | Path, overrides: dict[str, Any] | None, what: str):
@@ -160,7 +159,7 @@ def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None)
     return _load(TrainConfig, path, overrides, "training config")
 
 
-class EvalSettings(_Settings):
+class EvalConfig(_Config):
     """Which suite instances a scoring pass answers (greedy)."""
 
     agents: list[int] = Field(description="agent counts of the suite to use")
@@ -179,9 +178,9 @@ class RunConfig(TrainConfig):
     score_start: bool = Field(
         True, description="score the starting policy before RL (validation and benchmark) for the report"
     )
-    engineer: EngineerSettings = Field(default_factory=EngineerSettings)
-    validation: EvalSettings = Field(default_factory=lambda: EvalSettings(agents=[2], per_cell=4))
-    benchmark: EvalSettings = Field(default_factory=lambda: EvalSettings(agents=[3, 4, 5], per_cell=10))
+    engineer: EngineerConfig = Field(default_factory=EngineerConfig)
+    validation: EvalConfig = Field(default_factory=lambda: EvalConfig(agents=[2], per_cell=4))
+    benchmark: EvalConfig = Field(default_factory=lambda: EvalConfig(agents=[3, 4, 5], per_cell=10))
 
 
 def load_run_config(path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:

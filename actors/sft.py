@@ -17,7 +17,7 @@ from typing import Any
 import ray
 
 from actors.demonstrations import demonstrations, layout
-from actors.learner import LearnerGroup
+from actors.learner import start_policy
 from actors.settings import TrainConfig, run_namespace
 from actors.validation import validate
 from env.generator import derive_seed, generate
@@ -42,7 +42,7 @@ def run_sft(config: TrainConfig, out: str | Path, deployment: str = "sft", progr
     valid/optimal rates before and after. Needs a running Ray."""
     from transformers import AutoTokenizer
 
-    from serving.deployment import deploy, registry_name_of, undeploy
+    from serving.deployment import registry_name_of, undeploy
 
     sft = config.sft
     started = time.perf_counter()
@@ -50,22 +50,14 @@ def run_sft(config: TrainConfig, out: str | Path, deployment: str = "sft", progr
     validation = held_out(config, instances)
     tokenizer = AutoTokenizer.from_pretrained(config.model)
     data = demonstrations(instances, tokenizer, "paths" if sft.thinking else None)
-    max_tokens = max(map(len, data["response_ids"])) + 16
+    max_tokens = max(map(len, data.response_ids)) + 16
 
     deployment = config.app_name(deployment)
-    policy = deploy(config.serving_config(), name=deployment, route_prefix=f"/{deployment}")
+    namespace = run_namespace(f"{config.label}-sft" if config.label else "sft")
+    sft_config = config.model_copy(update={"grpo": config.grpo.model_copy(update={"kl_coef": 0.0})})  # no reference
+    policy, learners = start_policy(sft_config, deployment, sft.learning_rate, namespace, sft.warmup_steps)
     report: dict[str, Any] = {"demonstrations": len(instances), "validation_instances": len(validation)}
     report["before"] = validate(policy.handle, validation, max_tokens)[0].summary() if validation else None
-    learners = LearnerGroup(
-        config.model,
-        config.deepspeed,
-        config.resources,
-        sft.learning_rate,
-        config.seed,
-        config.grpo.micro_batch_size,
-        warmup_steps=sft.warmup_steps,
-        namespace=run_namespace(f"{config.label}-sft" if config.label else "sft"),
-    )
     rng = random.Random(derive_seed(config.seed, "sft-order"))
     losses = []
     try:
@@ -76,8 +68,7 @@ def run_sft(config: TrainConfig, out: str | Path, deployment: str = "sft", progr
             rng.shuffle(order)
             for start in range(0, len(order), sft.batch_size):
                 rows = order[start : start + sft.batch_size]
-                batch = {key: [values[i] for i in rows] for key, values in data.items()}
-                stats = learners.call("train_sft", [ray.put(batch)])
+                stats = learners.call("train_sft", [ray.put(data.rows(rows))])
                 losses.append(stats["loss"])
                 if progress:
                     progress(len(losses), steps, epoch, stats["loss"])

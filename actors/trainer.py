@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -28,20 +27,24 @@ import ray
 from actors import checkpoint
 from actors.buffer import TrajectoryBuffer
 from actors.checkpoint import TrainState
-from actors.learner import LearnerGroup, LearnerGroupBroken
+from actors.learner import LearnerGroupBroken, start_policy
 from actors.metrics import MetricsLog
 from actors.rollout_worker import RolloutWorker
 from actors.settings import TrainConfig, run_namespace
 from actors.telemetry import Telemetry
+from actors.timing import Stages
+from actors.trajectory import RolloutSummary
 from env.config import EnvConfig, split_by_ratios
 from env.evaluate import FAILURE_CATEGORIES
+from env.stats import FailureTable
+from serving.settings import SamplingConfig
 
 log = logging.getLogger(__name__)
 
 
 class Trainer:
     def __init__(self, config: TrainConfig, deployment: str = "policy"):
-        from serving.deployment import deploy, registry_name_of, start_serve
+        from serving.deployment import registry_name_of, start_serve
 
         self.config = config
         self.run_dir = Path(config.run_dir)
@@ -52,24 +55,14 @@ class Trainer:
         deployment = config.app_name(deployment)
         start_serve(config.network.serve_host, config.network.serve_port)  # kept as it is if already running
         self.buffer = TrajectoryBuffer.options(name="buffer", namespace=self.namespace).remote()
-        self.policy = deploy(config.serving_config(), name=deployment, route_prefix=f"/{deployment}")
+        self.policy, self.learners = start_policy(config, deployment, config.grpo.learning_rate, self.namespace)
         self.registry = registry_name_of(deployment)
-        self.learners = LearnerGroup(
-            config.model,
-            config.deepspeed,
-            resources,
-            config.grpo.learning_rate,
-            config.seed,
-            config.grpo.micro_batch_size,
-            reference=config.grpo.kl_coef > 0,
-            namespace=self.namespace,
-        )
         worker_options = {
             "num_cpus": resources.worker_cpus,
             "max_restarts": resources.max_restarts,
             "max_task_retries": resources.max_restarts,  # a dead worker's batch is drawn again
         }
-        reward = config.grpo.reward.model_dump()
+        reward = config.grpo.reward
         self.workers = [
             RolloutWorker.options(name=f"rollout-{i}", namespace=self.namespace, **worker_options).remote(
                 i, deployment, self.buffer, reward
@@ -139,10 +132,11 @@ class Trainer:
             return []
         grpo = self.config.grpo
         shares = split_by_ratios(grpo.prompts_per_step, dict.fromkeys(range(workers), 1.0))
-        sampling = {"n": grpo.group_size, "temperature": grpo.temperature, "top_p": grpo.top_p}
-        sampling["max_tokens"] = grpo.max_tokens
+        sampling = SamplingConfig(
+            n=grpo.group_size, temperature=grpo.temperature, top_p=grpo.top_p, max_tokens=grpo.max_tokens
+        )
         return [
-            worker.collect.remote(env.to_dict(), round_index, step, global_step, shares[i], sampling)
+            worker.collect.remote(env, round_index, step, global_step, shares[i], sampling)
             for i, worker in enumerate(self.workers)
         ]
 
@@ -163,28 +157,28 @@ class Trainer:
         pending = None
         while self.state.round == round_index:
             step, global_step = self.state.step, self.state.global_step
-            started = time.perf_counter()
-            ray.get(pending if pending is not None else self._launch(env, round_index, step, global_step))
-            refs, summaries = ray.get(self.buffer.take.remote(global_step, len(self.workers)))
-            rolled = time.perf_counter()
-            pending = None
-            if self.config.grpo.overlap and step + 1 < steps:
-                pending = self._launch(env, round_index, step + 1, global_step + 1)
-            train = self.learners.call("train_grpo", refs, self.config.grpo.model_dump())
-            trained = time.perf_counter()
-            if pending:
-                ray.get(pending)  # the next batch is drawn entirely with the weights it started with
-            waited = time.perf_counter()
-            trained_version = self.state.version
-            sync = {"gather": 0.0, "load": 0.0}
-            if not train.get("skipped"):
-                self.state.version += 1
-                sync = self._publish(self.state.version)
-            finished = time.perf_counter()
+            stages = Stages()
+            with stages("wall"):
+                with stages("rollout"):
+                    ray.get(pending if pending is not None else self._launch(env, round_index, step, global_step))
+                    refs, summaries = ray.get(self.buffer.take.remote(global_step, len(self.workers)))
+                pending = None
+                if self.config.grpo.overlap and step + 1 < steps:
+                    pending = self._launch(env, round_index, step + 1, global_step + 1)
+                with stages("train"):
+                    train = self.learners.call("train_grpo", refs, self.config.grpo)
+                with stages("wait_next"):
+                    if pending:
+                        ray.get(pending)  # the next batch is drawn entirely with the weights it started with
+                trained_version = self.state.version
+                sync = {"gather": 0.0, "load": 0.0}
+                with stages("sync"):
+                    if not train.get("skipped"):
+                        self.state.version += 1
+                        sync = self._publish(self.state.version)
             self.state.step += 1
             self.state.global_step += 1
-            times = {"rollout": rolled - started, "train": trained - rolled, "wait_next": waited - trained}
-            times |= {"sync": finished - waited, "wall": finished - started}
+            times = {key: stages.seconds[key] for key in ("rollout", "train", "wait_next", "sync", "wall")}
             record = step_record(round_index, step, global_step, summaries, train, sync, times, trained_version)
             record["weight_version"] = self.state.version
             self.metrics.write(record, global_step)
@@ -199,6 +193,10 @@ class Trainer:
             elif every and self.state.global_step % every == 0:
                 self.save_checkpoint()
         return records
+
+    def rollout_failures(self) -> FailureTable:
+        """The failure table of every rollout trained on so far (the engineer's training evidence)."""
+        return ray.get(self.buffer.failure_table.remote())
 
     def shutdown(self, undeploy: bool = True) -> None:
         from serving.deployment import undeploy as remove
@@ -217,7 +215,7 @@ def step_record(
     round_index: int,
     step: int,
     global_step: int,
-    summaries: list[dict],
+    summaries: list[RolloutSummary],
     train: dict,
     sync: dict,
     times: dict[str, float],
@@ -227,29 +225,29 @@ def step_record(
 
     The rollout parts run in parallel over workers: each part's time is the slowest worker's. Ray overhead
     is the step's wall time minus its parts (sample, generate, score, train, sync)."""
-    samples = sum(s["samples"] for s in summaries)
+    samples = sum(s.samples for s in summaries)
     failures = Counter()
     for s in summaries:
-        failures.update(s["failures"])
-    parts = {key: max(s["times"][key] for s in summaries) for key in ("sample", "generate", "score")}
+        failures.update(s.failures)
+    parts = {key: max(s.times[key] for s in summaries) for key in ("sample", "generate", "score")}
     parts |= {"train": times["train"], "sync": sync["gather"] + sync["load"]}
-    versions = [v for s in summaries for v in s["weight_versions"]]
+    versions = [v for s in summaries for v in s.weight_versions]
     n = max(samples, 1)
     return {
         "round": round_index,
         "step": step,
         "global_step": global_step,
-        "reward_mean": sum(s["reward_sum"] for s in summaries) / n,
-        "valid_rate": sum(s["valid"] for s in summaries) / n,
-        "optimal_rate": sum(s["optimal"] for s in summaries) / n,
+        "reward_mean": sum(s.reward_sum for s in summaries) / n,
+        "valid_rate": sum(s.valid for s in summaries) / n,
+        "optimal_rate": sum(s.optimal for s in summaries) / n,
         "failures": {c: failures[c] / n for c in FAILURE_CATEGORIES},
         "samples": samples,
-        "instances": sum(s["instances"] for s in summaries),
-        "response_tokens": sum(s["response_tokens"] for s in summaries),
-        "tokens_per_s": sum(s["response_tokens"] for s in summaries) / max(parts["generate"], 1e-9),
+        "instances": sum(s.instances for s in summaries),
+        "response_tokens": sum(s.response_tokens for s in summaries),
+        "tokens_per_s": sum(s.response_tokens for s in summaries) / max(parts["generate"], 1e-9),
         "samples_per_s": samples / max(times["wall"], 1e-9),
         "version_lag": trained_version - min(versions, default=trained_version),
-        "digests": [s["digest"] for s in summaries],
+        "digests": [s.digest for s in summaries],
         "train": train,
         "time": parts | times | {"ray_overhead": times["wall"] - sum(parts.values())},
     }

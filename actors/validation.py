@@ -8,11 +8,11 @@ from collections.abc import Callable
 import ray
 
 from actors.chat import openai_chat, serve_chat
-from actors.settings import EvalSettings
+from actors.settings import EvalConfig
+from env import task
 from env.benchmark import Suite, parse_id
-from env.evaluate import RewardConfig, Verdict, evaluate
+from env.evaluate import RewardConfig, Verdict
 from env.instance import Instance, read_instances
-from env.prompt import render_prompt
 from env.stats import FailureTable
 
 
@@ -33,7 +33,7 @@ def suite_instances(
     return chosen
 
 
-def eval_instances(suite: Suite, settings: EvalSettings) -> list[Instance]:
+def eval_instances(suite: Suite, settings: EvalConfig) -> list[Instance]:
     """The suite instances a run's ``validation`` or ``benchmark`` settings select."""
     return suite_instances(suite, settings.agents, settings.per_cell, settings.sizes)
 
@@ -59,11 +59,9 @@ def score_answers(
     table, verdicts, answers = FailureTable(), [], []
     for start in range(0, len(instances), chunk):
         part = instances[start : start + chunk]
-        for instance, text in zip(part, answer([render_prompt(i) for i in part])):
-            verdict = evaluate(instance, text, reward)
-            table.add(instance, verdict)
-            verdicts.append(verdict)
-            answers.append(text)
+        texts = answer([task.prompt(i) for i in part])
+        verdicts += task.judge_all(zip(part, texts), reward, table)[0]
+        answers += texts
     return table, verdicts, answers
 
 

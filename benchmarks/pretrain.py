@@ -84,7 +84,7 @@ def main() -> int:
         train, _ = build_corpus(config, Path(folder))
     tokenizer = build_tokenizer(config.vocab_size, tokenizer_texts(train, "plan"), planner=True)
     data = demonstrations(train, tokenizer, "plan")
-    prompts, responses = data["prompt_ids"], data["response_ids"]
+    prompts, responses = data.prompt_ids, data.response_ids
     lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
     pad = tokenizer.pad_token_id
     warmup, total = 3, 3 + args.steps

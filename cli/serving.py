@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
-console = Console(stderr=True)
+from cli.common import console, fail
+
 model_app = typer.Typer(help="Build the default policy model.", no_args_is_help=True)
 
 
@@ -109,8 +109,7 @@ def model_pretrain(
         with bar:
             result = pretrain(settings, out, resume=resume, progress=progress)
     except (FileExistsError, ValueError) as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from None
+        raise fail(str(error)) from None
     console.print(f"wrote {result['model']} after {result['step']} steps; curves in {out / 'curves.png'}")
 
 

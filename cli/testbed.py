@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import track
 from rich.table import Table
 
+from cli.common import console, fail
 from env.benchmark import SUITES, build, checksum, score
 from env.config import ConfigError, default_config, diff, load_config, project, save_config
 from env.evaluate import FAILURE_CATEGORIES, RewardConfig, Verdict, evaluate
@@ -23,14 +24,8 @@ from env.generator import generate as generate_instances
 from env.instance import Instance, InstanceError, read_instances, read_jsonl, write_instances
 from env.prompt import format_answer, parse_response, render_prompt
 
-console = Console(stderr=True)
 config_app = typer.Typer(help="Check, project and compare environment configs.", no_args_is_help=True)
 benchmark_app = typer.Typer(help="Build and score the fixed evaluation suites.", no_args_is_help=True)
-
-
-def fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}")
-    return typer.Exit(code=2)
 
 
 def _load_instances(path: Path) -> list[Instance]:

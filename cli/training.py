@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from cli.common import console, fail
 from env.config import ConfigError
-
-console = Console(stderr=True)
 
 
 def connect_ray(num_cpus: float = 0, dashboard: bool = False, dashboard_host: str = "127.0.0.1") -> None:
@@ -45,8 +43,7 @@ def _load(config: Path, **overrides):
     try:
         return load_train_config(config, {k: str(v) for k, v in overrides.items() if v is not None})
     except ConfigError as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from None
+        raise fail(str(error)) from None
 
 
 def ensure_writable(out: Path) -> None:
@@ -57,8 +54,7 @@ def ensure_writable(out: Path) -> None:
         probe.write_text("ok")
         probe.unlink()
     except OSError as error:
-        console.print(f"[red]error:[/red] cannot write to the run directory {out}: {error.strerror or error}")
-        raise typer.Exit(2) from None
+        raise fail(f"cannot write to the run directory {out}: {error.strerror or error}") from None
 
 
 def sft(
@@ -125,26 +121,24 @@ def run(
     from actors.checkpoint import CheckpointError
     from actors.job import run_job
     from actors.learner import LearnerGroupBroken
+    from actors.run_dir import RunDir
     from actors.settings import load_run_config
 
-    if (out / "run_config.yaml").exists() and not resume:
-        console.print(f"[red]error:[/red] {out} holds a run; pass --resume to continue it or choose another --out")
-        raise typer.Exit(2)
+    if RunDir(out).run_config.exists() and not resume:
+        raise fail(f"{out} holds a run; pass --resume to continue it or choose another --out")
     try:
         settings = load_run_config(config)
     except ConfigError as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from None
+        raise fail(str(error)) from None
     ensure_writable(out)
     connect_ray(settings.required_cpus(), dashboard=True, dashboard_host=settings.network.dashboard_host)
     started = time.perf_counter()
     try:
         final = run_job(settings, out, log=console.print)
     except (CheckpointError, LearnerGroupBroken) as error:
-        console.print(f"[red]error:[/red] {error}")
-        console.print(f"the run stopped; `envengineer run {config} --out {out} --resume` continues it")
-        raise typer.Exit(1) from None
-    console.print(f"done in {time.perf_counter() - started:.0f} s: {out / 'report.md'}")
+        resume_command = f"envengineer run {config} --out {out} --resume"
+        raise fail(f"{error}\nthe run stopped; `{resume_command}` continues it", 1) from None
+    console.print(f"done in {time.perf_counter() - started:.0f} s: {RunDir(out).report}")
     print(final["markdown"])
 
 
@@ -160,11 +154,9 @@ def tune_cmd(
     try:
         sweep = load_sweep(sweep_file)
     except ConfigError as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(2) from None
+        raise fail(str(error)) from None
     if (out / "tune").exists() and not resume:
-        console.print(f"[red]error:[/red] {out} holds a sweep; pass --resume to continue it or choose another --out")
-        raise typer.Exit(2)
+        raise fail(f"{out} holds a sweep; pass --resume to continue it or choose another --out")
     ensure_writable(out)
     cpus = max(trial_resources(c)["CPU"] for c in sweep.configs.values())
     connect_ray(cpus, dashboard=True, dashboard_host=sweep.base_config().network.dashboard_host)
@@ -190,13 +182,11 @@ def eval_cmd(
     from env.benchmark import SUITES, score
 
     if suite not in SUITES:
-        console.print(f"[red]error:[/red] unknown suite {suite!r} ({', '.join(SUITES)})")
-        raise typer.Exit(2)
+        raise fail(f"unknown suite {suite!r} ({', '.join(SUITES)})")
     instances = suite_instances(SUITES[suite], agents or SUITES[suite].agent_counts, per_cell, sizes)
     if model.startswith("openai:"):
         if not base_url:
-            console.print("[red]error:[/red] openai:NAME needs --base-url")
-            raise typer.Exit(2)
+            raise fail("openai:NAME needs --base-url")
         answer = openai_answerer(base_url, model.removeprefix("openai:"), api_key_env, max_tokens)
     else:
         from serving.deployment import deploy

@@ -1,8 +1,9 @@
 """Gymnasium single-turn text environment: observation = prompt, action = response text.
 
 Registered as ``envengineer/MAPFFrozenLake-v0`` when ``env`` is imported. By default it draws
-instances from the shipped validation split; pass ``instances=`` (a list or a JSON Lines path) to use
-others, and ``options={"instance_id": ...}`` to ``reset`` to pick one.
+instances from the shipped validation split; pass ``instances=`` (a JSON Lines path, or a list of
+instances or of dicts as read from JSON Lines) to use others, and ``options={"instance_id": ...}`` to
+``reset`` to pick one. Prompts and verdicts come from the task API (``env.task``), as in training.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from pathlib import Path
 import gymnasium
 from gymnasium import spaces
 
+from env import task
 from env.benchmark import VALIDATION
-from env.evaluate import RewardConfig, evaluate_parsed
-from env.instance import Instance, read_instances
-from env.prompt import parse_response, render_prompt
+from env.evaluate import RewardConfig
+from env.instance import Instance, as_instance, read_instances
+from env.prompt import parse_response
 from env.render import ansi
 
 ENV_ID = "envengineer/MAPFFrozenLake-v0"
@@ -32,7 +34,7 @@ class MAPFFrozenLakeTextEnv(gymnasium.Env):
 
     def __init__(
         self,
-        instances: list[Instance] | str | Path | None = None,
+        instances: list[Instance | dict] | str | Path | None = None,
         reward: RewardConfig | None = None,
         render_mode: str | None = None,
     ):
@@ -40,7 +42,10 @@ class MAPFFrozenLakeTextEnv(gymnasium.Env):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
         if instances is None:
             instances = VALIDATION.path
-        self.instances = read_instances(instances) if isinstance(instances, (str, Path)) else list(instances)
+        if isinstance(instances, (str, Path)):
+            self.instances = read_instances(instances)
+        else:
+            self.instances = [as_instance(i) for i in instances]
         if not self.instances:
             raise ValueError("no instances given")
         self.by_id = {inst.id: inst for inst in self.instances}
@@ -60,14 +65,14 @@ class MAPFFrozenLakeTextEnv(gymnasium.Env):
         else:
             self.instance = self.instances[int(self.np_random.integers(len(self.instances)))]
         self.last_plan = None
-        self.prompt = render_prompt(self.instance)
+        self.prompt = task.prompt(self.instance)
         return self.prompt, {"instance_id": self.instance.id}
 
     def step(self, action: str):
         if self.instance is None:
             raise RuntimeError("call reset() before step()")
-        parsed = parse_response(action, self.instance.num_agents)
-        verdict = evaluate_parsed(self.instance, parsed, self.reward_config)
+        verdict = task.judge(self.instance, action, self.reward_config)
+        parsed = parse_response(action, self.instance.num_agents)  # kept for render()
         self.last_plan = parsed if isinstance(parsed, list) else None
         return self.prompt, verdict.reward, True, False, verdict.to_dict()
 

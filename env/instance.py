@@ -57,6 +57,19 @@ class Instance(BaseModel):
         return json.dumps(self.model_dump(mode="json"), separators=(",", ":"))
 
 
+def as_instance(value: Instance | dict) -> Instance:
+    """An ``Instance``, or one record as read from JSON Lines (a dict); ``InstanceError`` for a malformed
+    record, ``TypeError`` for anything else."""
+    if isinstance(value, Instance):
+        return value
+    if isinstance(value, dict):
+        try:
+            return Instance.model_validate(value)
+        except ValidationError as error:
+            raise InstanceError(f"not a valid instance: {error}") from None
+    raise TypeError(f"expected an Instance or a dict as read from JSON Lines, not {type(value).__name__}")
+
+
 def read_instances(path: str | Path) -> list[Instance]:
     """Load a JSON Lines file of instances; a bad line raises ``InstanceError`` naming its number."""
     return list(iter_instances(path))

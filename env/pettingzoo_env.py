@@ -16,7 +16,7 @@ from pettingzoo import ParallelEnv
 
 from env.evaluate import RewardConfig, Verdict, step_failure
 from env.grid import MOVE_NAMES, step
-from env.instance import Instance
+from env.instance import Instance, as_instance
 from env.render import ansi
 
 
@@ -25,14 +25,14 @@ class MAPFFrozenLakeParallelEnv(ParallelEnv):
 
     def __init__(
         self,
-        instance: Instance,
+        instance: Instance | dict,
         max_steps: int | None = None,
         reward: RewardConfig | None = None,
         render_mode: str | None = None,
     ):
         if render_mode not in (None, *self.metadata["render_modes"]):
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}")
-        self.instance = instance
+        self.instance = instance = as_instance(instance)
         self.grid = instance.grid
         self.max_steps = max_steps or 2 * instance.optimal_makespan + instance.size
         self.reward_config = reward or RewardConfig()

@@ -106,11 +106,17 @@ def _error(error: Exception) -> JSONResponse:
     return JSONResponse(APIError(500, f"{type(error).__name__}: {error}", "server_error").body(), status_code=500)
 
 
+def as_sampling(sampling: SamplingConfig | dict | None) -> SamplingConfig:
+    """A request's sampling settings: as given, or validated from a plain mapping (callers outside Python
+    objects, such as benchmarks sending JSON-like dicts)."""
+    return sampling if isinstance(sampling, SamplingConfig) else SamplingConfig.model_validate(sampling or {})
+
+
 @serve.deployment
 @serve.ingress(api)
 class PolicyDeployment:
-    async def __init__(self, config: dict[str, Any], registry_name: str | None = None):
-        self.config = ServingConfig(**config)
+    async def __init__(self, config: ServingConfig, registry_name: str | None = None):
+        self.config = config
         self.engine = PolicyEngine(self.config)
         self.registry_name = registry_name
         self.registry = ray.get_actor(registry_name, namespace=NAMESPACE) if registry_name else None
@@ -148,15 +154,21 @@ class PolicyDeployment:
     # Methods for Ray callers (rollout workers, validator, engineer) through a DeploymentHandle.
 
     async def generate(
-        self, prompts: list[str] | list[list[int]], sampling: dict | None = None, json_schema: dict | None = None
+        self,
+        prompts: list[str] | list[list[int]],
+        sampling: SamplingConfig | dict | None = None,
+        json_schema: dict | None = None,
     ) -> list[dict]:
-        return await self.engine.generate(prompts, SamplingConfig(**(sampling or {})), json_schema)
+        return await self.engine.generate(prompts, as_sampling(sampling), json_schema)
 
     async def generate_chat(
-        self, conversations: list[list[dict[str, str]]], sampling: dict | None = None, json_schema: dict | None = None
+        self,
+        conversations: list[list[dict[str, str]]],
+        sampling: SamplingConfig | dict | None = None,
+        json_schema: dict | None = None,
     ) -> list[dict]:
         prompts = [self.engine.chat_prompt(messages) for messages in conversations]
-        return await self.engine.generate(prompts, SamplingConfig(**(sampling or {})), json_schema)
+        return await self.engine.generate(prompts, as_sampling(sampling), json_schema)
 
     async def weight_version(self) -> int:
         return self.engine.version
@@ -208,7 +220,7 @@ class Policy:
     registry: Any | None
 
     def generate(self, prompts: list[str], sampling: SamplingConfig | None = None, json_schema: dict | None = None):
-        return self.handle.generate.remote(prompts, (sampling or SamplingConfig()).model_dump(), json_schema).result()
+        return self.handle.generate.remote(prompts, sampling or SamplingConfig(), json_schema).result()
 
     def weight_version(self) -> int:
         return self.handle.weight_version.remote().result()
@@ -220,7 +232,9 @@ class Policy:
         return publish_weights(self.registry, arrays, version, self.config.num_replicas, timeout_s)
 
 
-def generate_chat(handle, conversations: list, sampling: dict, json_schema: dict | None = None, attempts: int = 3):
+def generate_chat(
+    handle, conversations: list, sampling: SamplingConfig | dict, json_schema: dict | None = None, attempts: int = 3
+):
     """``generate_chat`` through a Serve handle, surviving a replica that dies under the request: Serve
     starts a new replica (which loads the newest published weights before it serves) and the request goes
     again with the same arguments and seed, so the answer is the one the dead replica would have given."""
@@ -273,7 +287,7 @@ def deploy(config: ServingConfig, name: str = "policy", route_prefix: str = "/",
             "num_gpus": config.num_gpus,
             "runtime_env": {"env_vars": env_vars},
         },
-    ).bind(config.model_dump(), registry_name)
+    ).bind(config, registry_name)
     handle = serve.run(app, name=name, route_prefix=route_prefix)
     return Policy(name, config, handle, registry)
 

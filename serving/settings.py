@@ -12,7 +12,7 @@ class ServingConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str = Field(description="local Hugging Face model folder")
+    model: str = Field("", description="local Hugging Face model folder (in a run config: empty = the run's policy)")
     served_name: str = Field("policy", description="model name on the OpenAI-compatible route")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "float32", description="weights and activations; float32 keeps greedy output equal to transformers"

@@ -9,9 +9,9 @@ import torch
 
 from actors import checkpoint
 from actors.grpo import clipped_surrogate, collate, group_advantages, informative_groups, token_logprobs
-from actors.learner import merge_batches
 from actors.metrics import MetricsLog, read_metrics
 from actors.settings import TrainConfig, load_train_config
+from actors.trajectory import TrajectoryBatch
 from env.config import ConfigError, default_config
 from env.evaluate import evaluate
 from env.generator import sample_specs
@@ -81,10 +81,11 @@ def test_micro_batched_token_mean_gradient_equals_the_whole_batch(tiny_model):
 
 
 def test_merged_worker_batches_keep_groups_apart():
-    first = {"group": [0, 0, 1, 1], "reward": [1, 0, 1, 1], "features": [(), ()]}
-    second = {"group": [0, 0], "reward": [0, 1], "features": [()]}
-    merged = merge_batches([first, second])
-    assert merged["group"] == [0, 0, 1, 1, 2, 2] and merged["reward"] == [1, 0, 1, 1, 0, 1]
+    first = TrajectoryBatch(instance_ids=["a", "b"], group=[0, 0, 1, 1], reward=[1, 0, 1, 1])
+    second = TrajectoryBatch(instance_ids=["c"], group=[0, 0], reward=[0, 1])
+    merged = TrajectoryBatch.merge([first, second])
+    assert merged.group == [0, 0, 1, 1, 2, 2] and merged.reward == [1, 0, 1, 1, 0, 1]
+    assert merged.sample_instance_ids() == ["a", "a", "b", "b", "c", "c"]
 
 
 def test_failure_table_counts_merges_and_round_trips(small_instances):

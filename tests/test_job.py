@@ -94,7 +94,7 @@ def test_eval_scores_an_openai_compatible_endpoint(policy, serve_port, tmp_path)
 
 
 def test_engineer_asks_an_openai_compatible_endpoint_under_the_schema(policy, serve_port, small_instances):
-    from actors.engineer import EngineerSettings, decide, openai_backend
+    from actors.engineer import EngineerConfig, decide, openai_backend
     from actors.engineer_context import EngineerInputs
     from env.config import EnvConfig, default_config
     from env.evaluate import evaluate
@@ -103,7 +103,7 @@ def test_engineer_asks_an_openai_compatible_endpoint_under_the_schema(policy, se
     table = FailureTable()
     for instance in small_instances[:12]:
         table.add(instance, evaluate(instance, "no plan"))
-    settings = EngineerSettings(
+    settings = EngineerConfig(
         backend="openai", openai_base_url=f"http://127.0.0.1:{serve_port}/fixture/v1", openai_model="fixture",
         max_tokens=512, preset="V2",
     )  # fmt: skip

@@ -151,11 +151,11 @@ def test_a_rollout_worker_killed_mid_step_is_replaced_and_nothing_counts_twice(w
         recovery = time.monotonic() - killed_at
         (record,) = trainer.train_round(0, config.env)
         expected = config.grpo.prompts_per_step * config.grpo.group_size
-        assert record["samples"] == expected == sum(s["samples"] for s in summaries)
+        assert record["samples"] == expected == sum(s.samples for s in summaries)
         statistics = ray.get(trainer.buffer.statistics.remote())
         assert statistics["trajectories"] == expected == statistics["summary"]["responses"]
         drawn = [s.id for w in range(2) for s in sample_specs(config.env, 2, 0, 0, w)]
-        assert sum(s["instances"] for s in summaries) == len(drawn)
+        assert sum(s.instances for s in summaries) == len(drawn)
         record_fault("rollout worker killed mid-step (before its batch reached the buffer)",
                "Ray restarted the worker and retried collect: the same batch drawn again, the buffer counted "
                "it once", round(recovery, 1))  # fmt: skip

@@ -1,1 +1,1 @@
-"""Ray Tune ablation sweeps: not built yet (issue 6)."""
+"""Ray Tune sweeps of whole runs (variants x seeds), their specification, summaries and measured costs."""

@@ -17,9 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from actors.metrics import read_metrics
-from tune.sweep import Sweep, trial_name
+from actors.report import config_profile, plot_config_evolution
+from actors.run_dir import RunDir, read_json
+from tune.spec import Sweep, shared_start, trial_dir
 
 START = "before RL"  # the row of the shared starting policy (``shared/start``, see actors.job.score_start)
+
+
+def variant_runs(out: Path, sweep: Sweep) -> dict[str, list[RunDir]]:
+    """Each variant's trial run folders, one per seed."""
+    return {v: [trial_dir(out, v, seed) for seed in sweep.settings.seeds] for v in sweep.settings.variants}
 
 
 def _validation(report: Path, k: int | str) -> dict[str, float]:
@@ -29,34 +36,33 @@ def _validation(report: Path, k: int | str) -> dict[str, float]:
     return {f"valid_r{k}": summary["valid_rate"], f"optimal_r{k}": summary["optimal_rate"]}
 
 
-def _benchmark(run_dir: Path) -> dict[str, Any]:
-    benchmark = run_dir / "final" / "benchmark.json"
-    row: dict[str, Any] = {"status": "done" if benchmark.exists() else "incomplete"}
-    if benchmark.exists():
-        for agents, table in json.loads(benchmark.read_text())["table"].items():
+def _benchmark(run: RunDir) -> dict[str, Any]:
+    row: dict[str, Any] = {"status": "done" if run.benchmark.exists() else "incomplete"}
+    if run.benchmark.exists():
+        for agents, table in read_json(run.benchmark)["table"].items():
             row[f"acc_sum_{agents}"] = table["sum"]["acc"]
             row[f"opt_sum_{agents}"] = table["sum"]["opt"]
     return row
 
 
-def trial_row(run_dir: Path, variant: str, seed: int) -> dict[str, Any]:
+def trial_row(run: RunDir, variant: str, seed: int) -> dict[str, Any]:
     """A trial's figures from its run directory (what is missing is left out)."""
     row: dict[str, Any] = {"variant": variant, "seed": seed}
-    for folder in sorted(run_dir.glob("round_*"), key=lambda p: int(p.name.split("_")[1])):
-        row |= _validation(folder / "validation.json", folder.name.split("_")[1])
-    steps = read_metrics(run_dir / "metrics.jsonl") if (run_dir / "metrics.jsonl").exists() else []
+    for r in run.rounds():
+        row |= _validation(r.validation, r.index)
+    steps = read_metrics(run.metrics) if run.metrics.exists() else []
     for k in sorted({step["round"] for step in steps}):  # the rollouts' valid rate: the training signal
         row[f"rollout_valid_r{k}"] = statistics.mean(step["valid_rate"] for step in steps if step["round"] == k)
-    return row | _benchmark(run_dir)
+    return row | _benchmark(run)
 
 
 def collect(out: Path, sweep: Sweep) -> list[dict[str, Any]]:
     """One row per trial; first the starting policy's row when the sweep scored it, whose validation is
     also every trial's round -1 (they all start from it)."""
-    start = out / "shared" / "start"
-    before = _validation(start / "validation.json", -1)
-    rows = [before | trial_row(out / "runs" / trial_name(v, s), v, s) for v, s in sweep.configs]
-    if (start / "final" / "benchmark.json").exists():
+    start = shared_start(out)
+    before = _validation(start.validation, -1)
+    rows = [before | trial_row(trial_dir(out, v, s), v, s) for v, s in sweep.configs]
+    if start.benchmark.exists():
         rows.insert(0, {"variant": START, "seed": "-"} | before | _benchmark(start))
     return rows
 
@@ -159,14 +165,10 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 def benchmark_tables(out: Path, sweep: Sweep) -> str:
     """The paper's table per variant: acc./opt. (%) per map size and agent count, mean over the finished
     seeds; the Sum column (mean over sizes) also gives the std over seeds."""
-    groups = {START: [out / "shared" / "start"]}
-    groups |= {
-        v: [out / "runs" / trial_name(v, seed) for seed in sweep.settings.seeds] for v in sweep.settings.variants
-    }
+    groups = {START: [shared_start(out)]} | variant_runs(out, sweep)
     lines = []
-    for variant, run_dirs in groups.items():
-        paths = [run_dir / "final" / "benchmark.json" for run_dir in run_dirs]
-        tables = [json.loads(path.read_text())["table"] for path in paths if path.exists()]
+    for variant, runs in groups.items():
+        tables = [read_json(run.benchmark)["table"] for run in runs if run.benchmark.exists()]
         if not tables:
             continue
         sizes = sorted({int(size) for table in tables for row in table.values() for size in row["sizes"]})
@@ -185,18 +187,6 @@ def benchmark_tables(out: Path, sweep: Sweep) -> str:
     return "\n".join(lines)
 
 
-def _config_profile(sizes: dict) -> dict[str, float]:
-    """A config's shape: data share on maps up to 5x5, data-weighted hole and wait ratios, sizes in use."""
-    used = {int(size): knobs for size, knobs in sizes.items() if knobs["data_ratio"] > 0}
-    total = sum(k["data_ratio"] for k in used.values()) or 1.0
-    return {
-        "small": sum(k["data_ratio"] for size, k in used.items() if size <= 5) / total,
-        "hole": sum(k["data_ratio"] * k["hole_ratio"] for k in used.values()) / total,
-        "wait": sum(k["data_ratio"] * k["wait_ratio"] for k in used.values()) / total,
-        "sizes": len(used),
-    }
-
-
 def engineer_table(out: Path, sweep: Sweep) -> str:
     """Per variant, over its seeds and rounds: what the engineer decided (how often it changed the config,
     kept it, or had its answer projected) and the shape of the configs it produced (mean)."""
@@ -204,51 +194,18 @@ def engineer_table(out: Path, sweep: Sweep) -> str:
     head += ["data on <=5x5", "hole ratio", "wait ratio", "sizes used"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for variant in sweep.settings.variants:
-        decisions = []
-        for seed in sweep.settings.seeds:
-            decisions += sorted((out / "runs" / trial_name(variant, seed)).glob("round_*/engineer/decision.json"))
+        runs = variant_runs(out, sweep)[variant]
+        decisions = [r.decision for run in runs for r in run.rounds() if r.decision.exists()]
         if not decisions:
             continue
-        made = [json.loads(path.read_text()) for path in decisions]
-        profiles = [_config_profile(d["config"]["sizes"]) for d in made]
+        made = [read_json(path) for path in decisions]
+        profiles = [config_profile(d["config"]["sizes"]) for d in made]
         mean = {key: statistics.mean(p[key] for p in profiles) for key in profiles[0]}
         cells = [variant, str(len(made)), str(sum(bool(d["changes"]) for d in made))]
         cells += [str(sum(d["fallback"] is not None for d in made)), str(sum(bool(d["notes"]) for d in made))]
         cells += [f"{mean['small']:.2f}", f"{mean['hole']:.2f}", f"{mean['wait']:.2f}", f"{mean['sizes']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def plot_config_evolution(out: Path, sweep: Sweep, path: Path) -> None:
-    """One panel per variant: the share of each map size in every round's config (mean over seeds)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import yaml
-
-    variants = list(sweep.settings.variants)
-    figure, axes = plt.subplots(1, len(variants), figsize=(3.2 * len(variants), 3.6), sharey=True, squeeze=False)
-    colours = plt.get_cmap("viridis")
-    for axis, variant in zip(axes[0], variants):
-        shares: dict[int, dict[int, list[float]]] = {}  # round -> size -> data ratios over seeds
-        for seed in sweep.settings.seeds:
-            for config_path in (out / "runs" / trial_name(variant, seed)).glob("round_*/env_config.yaml"):
-                k = int(config_path.parent.name.split("_")[1])
-                for size, knobs in yaml.safe_load(config_path.read_text())["sizes"].items():
-                    shares.setdefault(k, {}).setdefault(int(size), []).append(knobs["data_ratio"])
-        bottom = [0.0] * len(shares)
-        rounds = sorted(shares)
-        for size in range(3, 11):
-            heights = [sum(shares[k].get(size, [])) / max(len(sweep.settings.seeds), 1) for k in rounds]
-            axis.bar(rounds, heights, bottom=bottom, color=colours((size - 3) / 7), label=f"{size}x{size}")
-            bottom = [b + h for b, h in zip(bottom, heights)]
-        axis.set(title=variant, xlabel="round", xticks=rounds)
-    axes[0][0].set_ylabel("data ratio (mean over seeds)")
-    axes[0][-1].legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
 
 
 def write_summary(out: Path, sweep: Sweep, name: str = "summary") -> Path:
@@ -261,7 +218,7 @@ def write_summary(out: Path, sweep: Sweep, name: str = "summary") -> Path:
         writer.writeheader()
         writer.writerows(rows)
     plot(rows, out / f"{name}.png")
-    plot_config_evolution(out, sweep, out / f"{name}_configs.png")
+    plot_config_evolution(variant_runs(out, sweep), out / f"{name}_configs.png")
     text = "# Sweep summary\n\n" + to_markdown(rows) + f"\n![variants]({name}.png)\n"
     text += "\n## Benchmark per map size\n\n" + benchmark_tables(out, sweep)
     text += f"\n## Configurations by round\n\n![configs]({name}_configs.png)\n"
@@ -282,7 +239,7 @@ def only(sweep: Sweep, variants: list[str]) -> Sweep:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from tune.sweep import load_sweep
+    from tune.spec import load_sweep
 
     parser = argparse.ArgumentParser(description="Write a sweep's summary from its run folders (runs nothing).")
     parser.add_argument("sweep", help="the sweep YAML")

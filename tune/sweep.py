@@ -16,88 +16,15 @@ directory from its last completed step.
 
 from __future__ import annotations
 
-import copy
 import math
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from actors.settings import RunConfig
-from env.config import ConfigError, format_errors
+from env.config import ConfigError
+from tune.spec import Sweep, SweepConfig, load_sweep, merge, shared_start, trial_dir, trial_name
 
-
-class SweepConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    base: str = Field(description="run config every trial starts from (relative to the sweep file)")
-    overrides: dict[str, Any] = Field(default_factory=dict, description="merged into the base for every trial")
-    variants: dict[str, dict[str, Any]] = Field(
-        min_length=1, description="name -> overrides merged on top (engineer backend, preset, context, ...)"
-    )
-    seeds: list[int] = Field([0], min_length=1, description="each variant runs once per seed")
-    max_concurrent_trials: int | None = Field(None, ge=1, description="none = as many as the cluster holds")
-    shared_warm_start: bool = Field(True, description="warm-start once in the driver; trials start from it")
-    score_start: bool = Field(
-        True, description="score the policy all trials start from once, before RL (validation and benchmark)"
-    )
-
-
-def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """``base`` with ``update`` merged in, nested mappings key by key."""
-    merged = copy.deepcopy(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = merge(merged[key], value)
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-def trial_name(variant: str, seed: int) -> str:
-    return f"{variant}-s{seed}"
-
-
-class Sweep:
-    """A loaded sweep: its settings and the run config of every (variant, seed)."""
-
-    def __init__(self, settings: SweepConfig, base: dict[str, Any]):
-        self.settings = settings
-        self.base = merge(base, settings.overrides)
-        self.configs = {(v, s): self.trial_config(v, s) for v in settings.variants for s in settings.seeds}
-
-    def trial_config(self, variant: str, seed: int, model: str | None = None) -> RunConfig:
-        data = merge(self.base, self.settings.variants[variant]) | {"seed": seed, "label": trial_name(variant, seed)}
-        data["score_start"] = False  # the sweep scores the shared starting policy once (shared/start)
-        if isinstance(data.get("env"), dict):
-            data["env"]["seed"] = seed  # the seed draws the instances too
-        if model:
-            data |= {"model": model, "warm_start": False}
-        try:
-            return RunConfig.model_validate(data)
-        except ValidationError as error:
-            raise ConfigError(f"variant {variant!r}: {format_errors(error, 'run config')}") from None
-
-    def base_config(self) -> RunConfig:
-        return RunConfig.model_validate(self.base)
-
-
-def load_sweep(path: str | Path) -> Sweep:
-    """Read a sweep YAML and check every trial's run config (unknown keys anywhere are errors)."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-        settings = SweepConfig.model_validate(data)
-        base_path = path.parent / settings.base
-        base = yaml.safe_load(base_path.read_text())
-    except (OSError, yaml.YAMLError) as error:
-        raise ConfigError(f"{path}: cannot read: {error}") from None
-    except ValidationError as error:
-        raise ConfigError(f"{path}: {format_errors(error, 'sweep config')}") from None
-    if not isinstance(base, dict):
-        raise ConfigError(f"{base_path}: expected a mapping at the top level")
-    return Sweep(settings, base)
+__all__ = ["Sweep", "SweepConfig", "load_sweep", "merge", "run_sweep", "trial_name"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -153,7 +80,7 @@ def run_trial(params: dict[str, Any], sweep: Sweep, out: str, model: str | None)
 
     variant, seed = params["variant"], params["seed"]
     config = sweep.trial_config(variant, seed, model)
-    run_dir = Path(out) / "runs" / trial_name(variant, seed)
+    run_dir = trial_dir(Path(out), variant, seed).path
 
     def on_round(k: int, summary: dict[str, Any]) -> None:
         tune.report({"round": k, "valid_rate": summary["valid_rate"], "optimal_rate": summary["optimal_rate"]})
@@ -184,7 +111,7 @@ def run_sweep(sweep: Sweep, out: str | Path, resume: bool = False, log=print) ->
         log(f"all trials start from {model}")
     start = model or (base.model if not base.warm_start and Path(base.model).is_dir() else None)
     if sweep.settings.score_start and start:
-        score_start(base, start, out / "shared" / "start", log)  # the summary's "before RL" row
+        score_start(base, start, shared_start(out), log)  # the summary's "before RL" row
     configs = {key: sweep.trial_config(*key, model) for key in sweep.configs}
     needs = [trial_resources(c) for c in configs.values()]
     limit = sweep.settings.max_concurrent_trials or concurrency(ray.cluster_resources(), needs)

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.engineer import FIXED_FIELDS, EngineerSettings, decide, parse_proposal
+from actors.engineer import FIXED_FIELDS, EngineerConfig, decide, parse_proposal
 from actors.engineer_context import EngineerInputs
 from actors.settings import load_run_config, load_train_config
 from env.config import ConfigError, EnvConfig, default_config, load_config, parse_config
@@ -96,7 +96,7 @@ def answers():
 @FUZZ
 @given(answer=answers())
 def test_any_engineer_answer_becomes_a_legal_config_or_the_previous_one(inputs, answer):
-    settings_ = EngineerSettings(backend="policy", retries=1)
+    settings_ = EngineerConfig(backend="policy", retries=1)
     decision = decide(settings_, inputs, ask=lambda prompt, schema: answer)
     assert isinstance(decision.config, EnvConfig)
     parse_config(decision.config.to_dict())  # legal under the strict schema
@@ -114,7 +114,7 @@ def test_an_answer_cannot_reach_the_reward_the_validation_set_or_paths(inputs, t
         "reward": {"valid": 100}, "validation": {"per_cell": 0}, "run_dir": str(tmp_path / "elsewhere"),
         "model": "/etc", "grpo": {"learning_rate": 1}, "__class__": "os.system",
     }  # fmt: skip
-    decision = decide(EngineerSettings(backend="policy"), inputs, ask=lambda prompt, schema: json.dumps(hostile))
+    decision = decide(EngineerConfig(backend="policy"), inputs, ask=lambda prompt, schema: json.dumps(hostile))
     assert set(decision.config.to_dict()) == {"sizes", "num_agents", "num_instances", "seed"}
     assert (decision.config.num_agents, decision.config.num_instances, decision.config.seed) == (3, 500, 7)
     assert list(decision.config.sizes) == [4]

@@ -16,7 +16,7 @@ import ray
 
 from actors import checkpoint
 from actors.checkpoint import CheckpointError
-from actors.engineer import Engineer, EngineerSettings
+from actors.engineer import Engineer, EngineerConfig
 from actors.engineer_context import EngineerInputs
 from actors.job import RESTARTABLE
 from actors.learner import LearnerGroupBroken
@@ -156,8 +156,7 @@ def test_the_serve_replica_killed_mid_generation_is_replaced_and_the_request_sen
 
 def test_the_engineer_killed_mid_decision_is_restarted_and_decides_the_same(policy, tmp_path):
     # free-form greedy answers of the (untrained) tiny model run to max_tokens: a decision of a few seconds
-    settings = EngineerSettings(backend="policy", temperature=0.0, retries=2, max_tokens=1024, structured=False)
-    settings = settings.model_dump()
+    settings = EngineerConfig(backend="policy", temperature=0.0, retries=2, max_tokens=1024, structured=False)
     inputs = EngineerInputs(round=0, config=default_config(), validation=FailureTable())
 
     def started_engineer():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.settings import NetworkSettings
+from actors.settings import NetworkConfig
 from tests.cluster import end_session, free_port
 from tests.reliability.record import record
 
@@ -38,7 +38,7 @@ def accepts(host: str, port: int) -> bool:
 
 
 def test_the_defaults_bind_to_loopback():
-    network = NetworkSettings()
+    network = NetworkConfig()
     assert network.dashboard_host == network.serve_host == "127.0.0.1"
 
 
@@ -49,11 +49,11 @@ def test_dashboard_and_serve_refuse_connections_from_outside(tmp_path):
     serve_port = free_port()
     script = textwrap.dedent(f"""
         import sys
-        from actors.settings import NetworkSettings
+        from actors.settings import NetworkConfig
         from cli.training import connect_ray
         from serving.deployment import start_serve
         import ray
-        network = NetworkSettings(serve_port={serve_port})
+        network = NetworkConfig(serve_port={serve_port})
         connect_ray(2, dashboard=True, dashboard_host=network.dashboard_host)
         start_serve(network.serve_host, network.serve_port)
         print("DASHBOARD", ray._private.worker.get_dashboard_url(), flush=True)

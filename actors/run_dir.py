@@ -1,0 +1,60 @@
+"""The run-folder layout, in one place: what the job writes and the report, the sweep summary and the CLI read.
+
+run_config.yaml            the run's config, as given
+metrics.jsonl              one record per GRPO step (and TensorBoard events beside it)
+checkpoints/step-N/        the trainer's resume record
+start/                     the starting policy scored before RL: a RunDir with validation.json and final/
+round_<k>/env_config.yaml  the round's environment configuration
+round_<k>/validation.json  held-out validation after the round's training (summary, table, failed cases)
+round_<k>/engineer/        the engineer's prompt, answers and decision.json
+final/benchmark.json       the benchmark table after the last round
+plots/, report.md          the report
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+class RoundDir:
+    """``round_<k>/``: the round's config, its validation report and the engineer's files."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.index = int(self.path.name.split("_")[1])
+        self.env_config = self.path / "env_config.yaml"
+        self.validation = self.path / "validation.json"
+        self.engineer = self.path / "engineer"
+        self.decision = self.engineer / "decision.json"
+
+
+class RunDir:
+    """A run folder (or the scored start inside one, which has the same validation and final files)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.run_config = self.path / "run_config.yaml"
+        self.metrics = self.path / "metrics.jsonl"
+        self.validation = self.path / "validation.json"  # a scored start's (round -1)
+        self.benchmark = self.path / "final" / "benchmark.json"
+        self.plots = self.path / "plots"
+        self.report = self.path / "report.md"
+
+    @property
+    def start(self) -> RunDir:
+        """The starting policy's scores, before RL."""
+        return RunDir(self.path / "start")
+
+    def round(self, k: int) -> RoundDir:
+        return RoundDir(self.path / f"round_{k}")
+
+    def rounds(self, validated: bool = False) -> list[RoundDir]:
+        """The round folders in order (only those with a validation report, if ``validated``)."""
+        found = [RoundDir(p) for p in self.path.glob("round_*") if p.is_dir()]
+        return sorted((r for r in found if r.validation.exists() or not validated), key=lambda r: r.index)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
