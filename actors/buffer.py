@@ -21,34 +21,49 @@ from env.stats import FailureTable
 @ray.remote(num_cpus=0, max_restarts=0)
 class TrajectoryBuffer:
     def __init__(self):
-        self.pending: dict[int, dict[int, tuple[ray.ObjectRef, FailureTable, RolloutSummary]]] = {}
-        self.taken: set[int] = set()
+        # (step, attempt) -> worker -> batch; attempt 0 is the step's draw, 1.. its refills (dynamic sampling)
+        self.pending: dict[tuple[int, int], dict[int, tuple[ray.ObjectRef, FailureTable, RolloutSummary]]] = {}
+        self.taken: set[tuple[int, int]] = set()
         self.table = FailureTable()
         self.trajectories = 0
 
-    def add(self, step: int, worker: int, batch: TrajectoryBatch, table: FailureTable, summary: RolloutSummary) -> bool:
-        """Store worker ``worker``'s batch of global step ``step`` in the object store, owned by the buffer
-        so that it outlives the worker. False if that step was already taken (a late duplicate, ignored)."""
-        if step in self.taken:
+    def add(
+        self,
+        step: int,
+        worker: int,
+        batch: TrajectoryBatch,
+        table: FailureTable,
+        summary: RolloutSummary,
+        attempt: int = 0,
+    ) -> bool:
+        """Store worker ``worker``'s batch of global step ``step`` (draw ``attempt``) in the object store, owned
+        by the buffer so that it outlives the worker. False if that draw was already taken (a late duplicate,
+        ignored)."""
+        if (step, attempt) in self.taken:
             return False
-        self.pending.setdefault(step, {})[worker] = (ray.put(batch), table, summary)
+        self.pending.setdefault((step, attempt), {})[worker] = (ray.put(batch), table, summary)
         return True
 
-    def ready(self, step: int) -> list[int]:
-        return sorted(self.pending.get(step, {}))
+    def ready(self, step: int, attempt: int = 0) -> list[int]:
+        return sorted(self.pending.get((step, attempt), {}))
 
-    def take(self, step: int, workers: int) -> tuple[list[ray.ObjectRef], list[RolloutSummary]]:
-        """The batch references of ``step`` and the workers' summaries (in worker order), folding the
-        batches' statistics into the running table."""
-        shards = self.pending.get(step, {})
-        if sorted(shards) != list(range(workers)):
-            raise RuntimeError(f"step {step}: batches from workers {sorted(shards)}, expected 0..{workers - 1}")
-        self.pending.pop(step)
-        self.taken.add(step)
+    def take(
+        self, step: int, workers: int | list[int], attempt: int = 0
+    ) -> tuple[list[ray.ObjectRef], list[RolloutSummary]]:
+        """The batch references of draw ``attempt`` of ``step`` and the workers' summaries (in worker order;
+        ``workers`` is their number or their ids), folding the batches' statistics into the running table."""
+        expected = list(range(workers)) if isinstance(workers, int) else sorted(workers)
+        shards = self.pending.get((step, attempt), {})
+        if sorted(shards) != expected:
+            raise RuntimeError(
+                f"step {step} draw {attempt}: batches from workers {sorted(shards)}, expected {expected}"
+            )
+        self.pending.pop((step, attempt))
+        self.taken.add((step, attempt))
         for _, table, summary in shards.values():
             self.table.merge(table)
             self.trajectories += summary.samples
-        return [shards[w][0] for w in range(workers)], [shards[w][2] for w in range(workers)]
+        return [shards[w][0] for w in expected], [shards[w][2] for w in expected]
 
     def statistics(self) -> dict[str, Any]:
         """Trajectories taken so far and the running failure table's summary."""

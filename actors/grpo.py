@@ -5,6 +5,13 @@ minus its group's mean, optionally divided by the group's std; groups whose samp
 reward carry no signal and may be dropped. The loss is the token-level clipped surrogate (every
 response token of the whole batch weighs the same) against the behaviour logprobs the samples were
 drawn with, plus an optional k3 KL to a reference model.
+
+Credit (``grpo.credit``): with ``sequence`` every token of a sample gets its advantage. With ``located``,
+a failing sample whose advantage is negative and whose verdict names a place (``env.locate.fault_offset``:
+the failing agent's first faulty move, in the think block's path or the answer line, whichever comes
+first) gets it only on the tokens that end after that character offset, i.e. the token holding the
+fault and everything after it; the correct prefix gets 0 (it is neither pushed down nor up). Positive
+advantages, and failures without a place (parse errors, wrong agent count), stay sequence-level.
 """
 
 from __future__ import annotations
@@ -46,18 +53,19 @@ class MicroBatch:
     response_ids: torch.Tensor  # [B, R]
     response_mask: torch.Tensor  # [B, R] float, 0 on padding (and on zero-weight rows)
     old_logprobs: torch.Tensor  # [B, R]
-    advantages: torch.Tensor  # [B]
+    advantages: torch.Tensor  # [B, R] per response token (a sequence-level advantage repeated)
 
 
 def collate(
     prompts: list[list[int]],
     responses: list[list[int]],
     old_logprobs: list[list[float]] | None,
-    advantages: list[float] | None,
+    advantages: list[float | list[float]] | None,
     pad_id: int,
     weights: list[float] | None = None,
 ) -> MicroBatch:
-    """Pad a list of samples into a ``MicroBatch`` (a weight of 0 keeps a row out of the loss)."""
+    """Pad a list of samples into a ``MicroBatch`` (a weight of 0 keeps a row out of the loss). A sample's
+    advantage is one number (every token) or one per response token."""
     batch = len(prompts)
     length = max(len(p) + len(r) for p, r in zip(prompts, responses))
     width = max(max(len(r) for r in responses), 1)
@@ -67,6 +75,7 @@ def collate(
     response_ids = torch.full((batch, width), pad_id, dtype=torch.long)
     mask = torch.zeros((batch, width))
     old = torch.zeros((batch, width))
+    adv = torch.zeros((batch, width))
     for row, (prompt, response) in enumerate(zip(prompts, responses)):
         sequence = prompt + response
         input_ids[row, : len(sequence)] = torch.tensor(sequence)
@@ -77,16 +86,40 @@ def collate(
         mask[row, :n] = 1.0 if weights is None else weights[row]
         if old_logprobs is not None:
             old[row, :n] = torch.tensor(old_logprobs[row][:n])
-    adv = torch.tensor(advantages if advantages is not None else [0.0] * batch, dtype=torch.float32)
+        if advantages is not None:
+            given = advantages[row]
+            adv[row, :n] = torch.tensor(given[:n]) if isinstance(given, list) else float(given)
     return MicroBatch(input_ids, attention, target_index, response_ids, mask, old, adv)
 
 
-def token_logprobs(model, batch: MicroBatch) -> torch.Tensor:
-    """Log-probabilities [B, R] the model gives each response token (raw logits, no temperature)."""
+def token_logprobs(model, batch: MicroBatch, entropy: bool = False):
+    """Log-probabilities [B, R] the model gives each response token (raw logits, no temperature); with
+    ``entropy``, also the entropy [B, R] of the model's distribution at each response position."""
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     index = batch.target_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
     picked = logits.gather(1, index).float()  # [B, R, V] at the predicting positions
-    return picked.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1) - picked.logsumexp(-1)
+    normaliser = picked.logsumexp(-1)
+    logprobs = picked.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1) - normaliser
+    if not entropy:
+        return logprobs
+    with torch.no_grad():
+        probabilities = torch.softmax(picked, -1)
+        entropies = normaliser - (probabilities * picked).sum(-1)
+    return logprobs, entropies
+
+
+def token_ends(decode, response_ids: list[int]) -> list[int]:
+    """The character offset where each response token ends in the decoded text (``decode(ids) -> str``,
+    the tokenizer's decode as the engine detokenizes: special tokens skipped)."""
+    return [len(decode(response_ids[: k + 1])) for k in range(len(response_ids))]
+
+
+def located_advantages(advantage: float, ends: list[int], fault: int | None) -> list[float] | float:
+    """A sample's advantage under located credit (see the module doc): per token when a negative advantage
+    has a located fault, else the sequence-level number."""
+    if fault is None or advantage >= 0:
+        return advantage
+    return [advantage if end > fault else 0.0 for end in ends]
 
 
 def clipped_surrogate(
@@ -101,7 +134,7 @@ def clipped_surrogate(
     batch's token count. Returns (loss sum, statistics summed over tokens)."""
     mask = batch.response_mask
     ratio = torch.exp(new_logprobs - batch.old_logprobs)
-    advantage = batch.advantages.unsqueeze(-1)
+    advantage = batch.advantages
     unclipped = ratio * advantage
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantage
     per_token = -torch.minimum(unclipped, clipped)

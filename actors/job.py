@@ -23,6 +23,7 @@ from actors.engineer import Decision, Engineer
 from actors.engineer_context import EngineerInputs, FailedCase, RoundRecord
 from actors.run_dir import RunDir, read_json
 from actors.settings import RunConfig
+from actors.tracking import Tracker
 from actors.validation import Validator, eval_instances
 from env.benchmark import BENCHMARK, VALIDATION, score
 from env.config import EnvConfig, load_config, random_config, save_config
@@ -111,20 +112,28 @@ def stop_engineer(config: RunConfig) -> None:
 
 
 def run_job(
-    config: RunConfig, out: str | Path, log: Log = print, on_round: Callable[[int, dict], None] | None = None
+    config: RunConfig,
+    out: str | Path,
+    log: Log = print,
+    on_round: Callable[[int, dict], None] | None = None,
+    tracking_group: str | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the main job in ``out``; returns the final benchmark table as a dict. Needs Ray.
-    ``on_round(k, summary)`` gets each round's validation summary (a sweep reports it to Tune)."""
+    ``on_round(k, summary)`` gets each round's validation summary (a sweep reports it to Tune);
+    ``tracking_group`` groups the tracked runs of a sweep."""
     from actors.trainer import Trainer
 
     run = RunDir(out)
     run.path.mkdir(parents=True, exist_ok=True)
     run.run_config.write_text(yaml.safe_dump(json.loads(config.model_dump_json()), sort_keys=False))
+    name = config.label or run.path.name
+    tracker = Tracker.start(config.tracking, name, config.model_dump(mode="json"), run.path, tracking_group)
     model = prepare_model(config, run.path, log)
     if config.score_start:
         score_start(config, model, run.start, log)
     train_config = config.model_copy(update={"model": model, "run_dir": str(run.path), "env": round0(config)})
     trainer = Trainer(train_config)
+    trainer.tracker = tracker
     validation = eval_instances(VALIDATION, config.validation)
     options = {"name": "validator", "namespace": trainer.namespace, **RESTARTABLE}
     validator = Validator.options(**options).remote(trainer.policy.name)
@@ -142,14 +151,16 @@ def run_job(
             if on_round:
                 on_round(k, result.table.summary())
             history.append(RoundRecord(k, env, result.table))
+            decision = None
             if k + 1 < config.rounds:
                 if not run.round(k + 1).env_config.exists():
                     decision = propose(config, trainer.rollout_failures(), env, result, history, run.round(k), engineer)
                     trainer.telemetry.decision(decision.backend, bool(decision.changes), decision.fallback is not None)
-                    log(f"round {k}: engineer ({decision.backend}) -> {decision.changes or 'no change'}")
                     env = round_config(run, k + 1, decision.config)
                 else:
                     env = round_config(run, k + 1, None)
+            tracker.round(k, trainer.state.global_step, result.table.summary(), decision)
+            log(round_line(k, result, decision))
         final = benchmark_report(run, validator, config, log)
     finally:
         ray.kill(validator)
@@ -158,7 +169,19 @@ def run_job(
     from actors.report import write_report
 
     write_report(run.path)
+    tracker.artifacts([run.report, run.benchmark, run.start.benchmark, *sorted(run.plots.glob("*.png"))])
+    tracker.finish()
     return final
+
+
+def round_line(k: int, result: ValidationResult, decision: Decision | None) -> str:
+    """The one-line summary of a round: validation rates and what the engineer changed."""
+    summary = result.table.summary()
+    line = f"round {k} done: validation valid {summary['valid_rate']:.1%}, optimal {summary['optimal_rate']:.1%}"
+    if decision is None:
+        return line
+    change = "; ".join(decision.changes) if decision.changes else f"no change ({decision.fallback or 'kept'})"
+    return f"{line}; engineer ({decision.backend}): {change[:300]}"
 
 
 def round_config(run: RunDir, k: int, proposed: EnvConfig | None) -> EnvConfig:
@@ -190,12 +213,41 @@ def score_start(config: RunConfig, model: str, start: RunDir, log: Log) -> None:
         undeploy(name)
 
 
-def train_with_progress(trainer, k: int, env: EnvConfig, steps: int, log: Log) -> None:
-    """Train round ``k`` with a progress bar over its steps and a line per step."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+def progress_bar():
+    """A rich progress bar (count, elapsed, time left) that leaves nothing behind and stays quiet when the
+    output is not a terminal."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, transient=True) as progress:
+    return Progress(*columns, TimeRemainingColumn(), transient=True)
+
+
+def score_with_progress(validator, instances: list, max_tokens: int, what: str, chunk: int = 64):
+    """The validator's greedy scores of ``instances`` (table, verdicts, answers), asked chunk by chunk so
+    that a progress bar counts the instances done."""
+    table, verdicts, answers = FailureTable(), [], []
+    with progress_bar() as progress:
+        task = progress.add_task(what, total=len(instances))
+        for start in range(0, len(instances), chunk):
+            part = instances[start : start + chunk]
+            part_table, part_verdicts, part_answers = ray.get(validator.score.remote(part, max_tokens))
+            table.merge(part_table)
+            verdicts += part_verdicts
+            answers += part_answers
+            progress.advance(task, len(part))
+    return table, verdicts, answers
+
+
+def train_with_progress(trainer, k: int, env: EnvConfig, steps: int, log: Log) -> None:
+    """Train round ``k`` with a progress bar over its steps and a line per step."""
+    with progress_bar() as progress:
         task = progress.add_task(f"round {k} GRPO", total=steps, completed=trainer.state.step)
 
         def on_step(record: dict) -> None:
@@ -210,14 +262,17 @@ def validate_round(path: Path, validator, instances, config: RunConfig, log: Log
     resuming)."""
     if path.exists():
         return ValidationResult.from_dict(read_json(path))
-    table, verdicts, answers = ray.get(validator.score.remote(instances, config.validation.max_tokens))
+    when = f"round {k}" if k >= 0 else "before RL"
+    table, verdicts, answers = score_with_progress(
+        validator, instances, config.validation.max_tokens, f"{when} validation"
+    )
     cases = failed_cases(instances, verdicts, answers, config.engineer.context_config().failed_examples)
     result = ValidationResult(k, table, cases)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result.to_dict(), indent=1))
-    summary = table.summary()
-    when = f"round {k}" if k >= 0 else "before RL"
-    log(f"{when}: validation valid {summary['valid_rate']:.1%}, optimal {summary['optimal_rate']:.1%}")
+    if k < 0:  # a round's rates go into its one-line summary (round_line)
+        summary = table.summary()
+        log(f"before RL: validation valid {summary['valid_rate']:.1%}, optimal {summary['optimal_rate']:.1%}")
     return result
 
 
@@ -246,7 +301,7 @@ def benchmark_report(run: RunDir, validator, config: RunConfig, log: Log) -> dic
         return read_json(run.benchmark)
     instances = eval_instances(BENCHMARK, config.benchmark)
     log(f"benchmark: {len(instances)} instances")
-    _, verdicts, _ = ray.get(validator.score.remote(instances, config.benchmark.max_tokens))
+    _, verdicts, _ = score_with_progress(validator, instances, config.benchmark.max_tokens, "benchmark")
     table = score(instances, {v.id: v for v in verdicts})
     run.benchmark.parent.mkdir(parents=True, exist_ok=True)
     result = {"table": table.to_dict(), "markdown": table.to_markdown()}

@@ -21,8 +21,17 @@ from typing import Any
 import numpy as np
 import ray
 
-from actors.grpo import clipped_surrogate, collate, group_advantages, informative_groups, sft_loss_sum, token_logprobs
-from actors.settings import DeepSpeedConfig, GRPOConfig
+from actors.grpo import (
+    clipped_surrogate,
+    collate,
+    group_advantages,
+    informative_groups,
+    located_advantages,
+    sft_loss_sum,
+    token_ends,
+    token_logprobs,
+)
+from actors.settings import DeepSpeedConfig, GRPOConfig, LoraConfig
 from actors.trajectory import SFTBatch, TrajectoryBatch
 
 
@@ -58,8 +67,10 @@ class Learner:
         learning_rate: float,
         seed: int,
         warmup: int,
+        lora: LoraConfig | None = None,
     ):
         self.rank, self.world_size = rank, world_size
+        self.lora = lora
         self.warmup_steps = warmup
         self.model_path = model
         self.settings = settings
@@ -95,16 +106,38 @@ class Learner:
         backend = "gloo" if self.device_kind == "cpu" else "nccl"
         deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False)
         model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+        total = sum(p.numel() for p in model.parameters())
+        if self.lora is not None:
+            model = with_adapters(model, self.lora)
+        trainable = [p for p in model.parameters() if p.requires_grad]
         config = deepspeed_config(self.settings, self.learning_rate, micro_batch_size, self.warmup_steps)
-        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+        self.engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.micro_batch_size = micro_batch_size
-        if reference:
+        if reference and self.lora is None:  # with LoRA the reference is the model with its adapters off
             dtype = torch.bfloat16 if self.settings.precision == "bf16" else torch.float32
             self.reference = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
             self.reference.to(self.engine.device).eval().requires_grad_(False)
-        return {"rank": self.rank, "device": str(self.engine.device), "backend": backend}
+        self.uses_reference = reference
+        return {
+            "rank": self.rank,
+            "device": str(self.engine.device),
+            "backend": backend,
+            "parameters": total,
+            "trainable_parameters": sum(p.numel() for p in trainable),
+        }
+
+    def _reference_logprobs(self, batch):
+        """Logprobs of the frozen initial policy (the separate reference model, or with LoRA the same model
+        with its adapters switched off)."""
+        import torch
+
+        with torch.no_grad():
+            if self.lora is not None:
+                with self.engine.module.disable_adapter():
+                    return token_logprobs(self.engine.module, batch)
+            return token_logprobs(self.reference, batch)
 
     # ------------------------------------------------------------------------------------------
     # Training
@@ -114,7 +147,7 @@ class Learner:
         rows: np.ndarray,
         data: TrajectoryBatch | SFTBatch,
         loss_fn,
-        advantages: list[float] | None = None,
+        advantages: list[float | list[float]] | None = None,
     ) -> dict[str, float]:
         """Forward/backward this rank's share of ``rows`` of ``data`` in micro-batches, then one optimizer
         step. GRPO passes the rows' ``advantages`` (and uses the batch's behaviour logprobs); SFT passes none.
@@ -142,7 +175,13 @@ class Learner:
             )
             batch = _to_device(batch, self.engine.device)
             self.engine.set_gradient_accumulation_boundary(m == micro_batches - 1)
-            new_logprobs = token_logprobs(self.engine, batch)
+            if grpo:
+                new_logprobs, entropies = token_logprobs(self.engine, batch, entropy=True)
+                totals["entropy_sum"] = totals.get("entropy_sum", 0.0) + float(
+                    (entropies * (batch.response_mask > 0)).sum()
+                )
+            else:
+                new_logprobs = token_logprobs(self.engine, batch)
             loss_sum, stats = loss_fn(new_logprobs, batch)
             self.engine.backward(loss_sum * self.world_size / max(tokens, 1), scale_wrt_gas=False)
             totals["loss_sum"] += float(loss_sum.detach())
@@ -172,11 +211,12 @@ class Learner:
 
     def train_grpo(self, batches: list[ray.ObjectRef], settings: GRPOConfig) -> dict[str, Any]:
         """One GRPO step on the step's batches (``batches`` is a list of references, fetched here)."""
-        import torch
 
         data = TrajectoryBatch.merge(ray.get(batches))
         rewards, groups = np.asarray(data.reward), np.asarray(data.group)
         advantages = group_advantages(rewards, groups, settings.scale_by_std).tolist()
+        if settings.credit == "located":
+            advantages = self._located(data, advantages)
         signal = informative_groups(rewards, groups)  # groups whose samples' rewards differ
         keep = signal if settings.drop_zero_variance else np.ones(len(rewards), bool)
         rows = np.flatnonzero(keep)
@@ -190,9 +230,8 @@ class Learner:
 
         def loss_fn(new_logprobs, batch):
             reference = None
-            if self.reference is not None and settings.kl_coef > 0:
-                with torch.no_grad():
-                    reference = token_logprobs(self.reference, batch)
+            if self.uses_reference and settings.kl_coef > 0:
+                reference = self._reference_logprobs(batch)
             return clipped_surrogate(
                 new_logprobs, batch, settings.clip_low, settings.clip_high, reference, settings.kl_coef
             )
@@ -206,10 +245,24 @@ class Learner:
             "ratio_mean": totals["ratio_sum"] / n,
             "logprob_gap": totals["logprob_gap_sum"] / n,  # |learner - behaviour| per token: 0 when on-policy
             "kl": totals["kl_sum"] / n,
+            "entropy": totals["entropy_sum"] / n,  # mean over the trained response tokens
+            "signal_share": info["signal_groups"] / max(info["groups"], 1),
             "grad_norm": totals["grad_norm"],
             "train_tokens": totals["tokens"],
             "train_sequences": totals["sequences"],
         }
+
+    def _located(self, data: TrajectoryBatch, advantages: list[float]) -> list[float | list[float]]:
+        """Located credit: a failing sample's negative advantage only from its fault onwards (actors.grpo)."""
+
+        def decode(ids: list[int]) -> str:
+            return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+        located = []
+        for advantage, fault, ids in zip(advantages, data.fault_char, data.response_ids):
+            ends = token_ends(decode, ids) if fault is not None and advantage < 0 else []
+            located.append(located_advantages(advantage, ends, fault))
+        return located
 
     def train_sft(self, examples: list[ray.ObjectRef]) -> dict[str, float]:
         """One optimizer step of next-token loss on demonstration answers (one ``SFTBatch`` reference)."""
@@ -231,6 +284,8 @@ class Learner:
             else nullcontext()
         )
         with gather:  # gathered parameters are freed on exit: copy them out
+            if self.lora is not None:
+                return merged_state(module)
             copy = self.settings.zero_stage == 3
             return {
                 name: t.detach().cpu().clone() if copy else t.detach().cpu() for name, t in module.state_dict().items()
@@ -259,7 +314,8 @@ class Learner:
         """The policy in Hugging Face format (model and tokenizer), written by rank 0."""
         state = self.full_state()
         if self.rank == 0:
-            self.engine.module.save_pretrained(folder, state_dict=state)
+            module = self.engine.module.get_base_model() if self.lora is not None else self.engine.module
+            module.save_pretrained(folder, state_dict=state)
             self.tokenizer.save_pretrained(folder)
 
     def save(self, folder: str) -> None:
@@ -270,6 +326,8 @@ class Learner:
         self.engine.save_checkpoint(str(folder / "deepspeed"), tag="state", save_latest=False)
         torch.save(torch.get_rng_state(), folder / f"rng-rank{self.rank}.pt")
         self.save_model(str(folder / "model"))
+        if self.lora is not None and self.rank == 0:  # the adapters alone too (peft format)
+            self.engine.module.save_pretrained(str(folder / "adapter"))
 
     def load(self, folder: str) -> None:
         import torch
@@ -279,6 +337,39 @@ class Learner:
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint in {folder}")
         torch.set_rng_state(torch.load(folder / f"rng-rank{self.rank}.pt"))
+
+
+def with_adapters(model, lora: LoraConfig):
+    """``model`` with LoRA adapters (peft) on ``lora.target_modules``; only the adapters train."""
+    import peft
+
+    config = peft.LoraConfig(
+        r=lora.rank, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=lora.target_modules, bias="none"
+    )
+    return peft.get_peft_model(model, config)
+
+
+def merged_state(peft_model) -> dict:
+    """The weights of the base architecture with every adapter merged in (W + B A alpha / r), under the
+    base model's own parameter names, as CPU tensors; the model itself is left as it is."""
+    from peft.tuners.lora import LoraLayer
+
+    base = peft_model.get_base_model()
+    deltas = {
+        f"{name}.weight": module.get_delta_weight("default")
+        for name, module in base.named_modules()
+        if isinstance(module, LoraLayer)
+    }
+    state = {}
+    for key, tensor in base.state_dict().items():
+        if "lora_" in key:
+            continue
+        name = key.replace(".base_layer.", ".")
+        weight = tensor.detach().cpu()
+        if name in deltas:
+            weight = (weight.float() + deltas[name].detach().cpu().float()).to(tensor.dtype)
+        state[name] = weight.clone()
+    return state
 
 
 def _to_device(batch, device):
@@ -297,7 +388,8 @@ class LearnerGroup:
     rank at once (returning rank 0's answer)."""
 
     def __init__(self, model: str, settings, resources, learning_rate: float, seed: int, micro_batch_size: int,
-                 reference: bool = False, warmup_steps: int = 0, namespace: str | None = None):  # fmt: skip
+                 reference: bool = False, warmup_steps: int = 0, namespace: str | None = None,
+                 lora: LoraConfig | None = None):  # fmt: skip
         options = {
             "num_cpus": resources.learner_cpus,
             "num_gpus": resources.learner_gpus,
@@ -307,12 +399,12 @@ class LearnerGroup:
             options["namespace"] = namespace
         self.actors = [
             Learner.options(name=f"learner-{rank}" if namespace else None, **options).remote(
-                rank, resources.learners, model, settings, learning_rate, seed, warmup_steps
+                rank, resources.learners, model, settings, learning_rate, seed, warmup_steps, lora
             )
             for rank in range(resources.learners)
         ]
         address, port = ray.get(self.actors[0].rendezvous.remote())
-        self.call("setup", address, port, micro_batch_size, resources.learner_threads, reference)
+        self.setup = self.call("setup", address, port, micro_batch_size, resources.learner_threads, reference)
 
     def call(self, method: str, *args, grace_s: float = 10.0, **kwargs):
         """Call ``method`` on every rank; rank 0's answer. A rank that dies, or fails while another is still
@@ -361,5 +453,6 @@ def start_policy(config, deployment: str, learning_rate: float, namespace: str, 
         reference=config.grpo.kl_coef > 0,
         warmup_steps=warmup_steps,
         namespace=namespace,
+        lora=config.grpo.lora,
     )
     return policy, learners

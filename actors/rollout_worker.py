@@ -17,6 +17,7 @@ from env.config import EnvConfig
 from env.evaluate import RewardConfig
 from env.generator import derive_seed, make_instance, sample_specs
 from env.instance import Instance
+from env.locate import fault_offset
 from env.stats import FailureTable, features
 from serving.deployment import generate_chat
 from serving.settings import SamplingConfig
@@ -43,6 +44,7 @@ def build_batch(
     batch.valid = [v.valid for v in verdicts]
     batch.optimal = [v.optimal for v in verdicts]
     batch.failure = [v.failure for v in verdicts]
+    batch.fault_char = [fault_offset(text, v) for (_, text), v in zip(pairs, verdicts)]
     return batch, table
 
 
@@ -55,21 +57,30 @@ class RolloutWorker:
         self.reward = reward
 
     def collect(
-        self, env: EnvConfig, round_index: int, step: int, global_step: int, prompts: int, sampling: SamplingConfig
+        self,
+        env: EnvConfig,
+        round_index: int,
+        step: int,
+        global_step: int,
+        prompts: int,
+        sampling: SamplingConfig,
+        attempt: int = 0,
     ) -> RolloutSummary:
-        """Draw ``prompts`` instances of step ``step`` of round ``round_index``, sample, score, and add the
-        batch to the buffer under ``global_step``; returns its summary (counts and the time of each stage)."""
+        """Draw ``prompts`` instances of step ``step`` of round ``round_index`` (``attempt`` > 0: a refill of
+        groups without signal, drawn with seeds of its own), sample, score, and add the batch to the buffer
+        under ``global_step``; returns its summary (counts and the time of each stage)."""
         stages = Stages()
+        parts = (round_index, step, self.worker_id) + (("refill", attempt) if attempt else ())
         with stages("sample"):
-            specs = sample_specs(env, prompts, round_index, step, self.worker_id)
+            specs = sample_specs(env, prompts, *parts)
             instances = [r.instance for r in map(make_instance, specs) if r.instance is not None]
         with stages("generate"):
-            seed = derive_seed(env.seed, round_index, step, self.worker_id, "sampling")
+            seed = derive_seed(env.seed, *parts, "sampling")
             results = generate_chat(
                 self.handle, [task.messages(i) for i in instances], sampling.model_copy(update={"seed": seed})
             )
         with stages("score"):
             batch, table = build_batch(instances, results, self.reward)
         summary = batch.summarize(self.worker_id, len(specs) - len(instances), stages.seconds)
-        ray.get(self.buffer.add.remote(global_step, self.worker_id, batch, table, summary))
+        ray.get(self.buffer.add.remote(global_step, self.worker_id, batch, table, summary, attempt))
         return summary

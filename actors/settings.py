@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors.engineer import EngineerConfig
+from actors.tracking import TrackingConfig
 from env.config import ConfigError, EnvConfig, SizeConfig, format_errors
 from env.evaluate import RewardConfig
 from serving.settings import ServingConfig
@@ -36,6 +37,19 @@ class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class LoraConfig(_Config):
+    """LoRA adapters (peft) for the learner group: the learners train the adapters only; the deployment
+    serves the merged weights; checkpoints keep both."""
+
+    rank: int = Field(16, ge=1, description="adapter rank r")
+    alpha: float = Field(32.0, gt=0, description="scaling alpha (the update is scaled by alpha / r)")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="linear layers that get adapters",
+    )
+
+
 class GRPOConfig(_Config):
     """GRPO: groups of samples per prompt, group-relative advantages, token-level clipped ratio."""
 
@@ -51,11 +65,19 @@ class GRPOConfig(_Config):
     kl_coef: float = Field(0.0, ge=0.0, description="weight of the k3 KL to the initial model (0 = no reference)")
     scale_by_std: bool = Field(True, description="divide advantages by the group's reward std")
     drop_zero_variance: bool = Field(True, description="drop groups whose samples all got the same reward")
+    credit: Literal["sequence", "located"] = Field(
+        "sequence",
+        description="located: a failing sample's negative advantage only from its first faulty move on (actors.grpo)",
+    )
+    refill: int = Field(
+        0, ge=0, description="dynamic sampling: up to this many extra draws per step to replace groups without signal"
+    )
     micro_batch_size: int = Field(16, ge=1, description="sequences per forward/backward on a learner")
     overlap: bool = Field(
         False, description="generate step t+1 while training step t (one step off-policy, deterministic)"
     )
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    lora: LoraConfig | None = Field(None, description="train LoRA adapters instead of every weight (off by default)")
 
 
 class DeepSpeedConfig(_Config):
@@ -124,6 +146,7 @@ class TrainConfig(_Config):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     sft: SFTConfig = Field(default_factory=SFTConfig)
     network: NetworkConfig = Field(default_factory=NetworkConfig)
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="W&B / MLflow (off by default)")
 
     def required_cpus(self) -> float:
         """Logical CPUs the run's actors reserve (Serve replicas, learners, rollout workers)."""

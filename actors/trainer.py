@@ -33,6 +33,7 @@ from actors.rollout_worker import RolloutWorker
 from actors.settings import TrainConfig, run_namespace
 from actors.telemetry import Telemetry
 from actors.timing import Stages
+from actors.tracking import Tracker
 from actors.trajectory import RolloutSummary
 from env.config import EnvConfig, split_by_ratios
 from env.evaluate import FAILURE_CATEGORIES
@@ -71,6 +72,7 @@ class Trainer:
         ]
         self.state = TrainState()
         self.metrics: MetricsLog | None = None
+        self.tracker: Tracker | None = None  # W&B / MLflow, set by whoever started them (actors.tracking)
         self.resumed_from: Path | None = None
 
     # ------------------------------------------------------------------------------------------
@@ -125,20 +127,48 @@ class Trainer:
         timeout = 600.0
         return self.learners.call("publish", self.registry, version, self.config.serving_config().num_replicas, timeout)
 
-    def _launch(self, env: EnvConfig, round_index: int, step: int, global_step: int) -> list[ray.ObjectRef]:
-        """Start the rollouts of a step unless the buffer already holds them (restored from a checkpoint)."""
-        workers = len(self.workers)
-        if ray.get(self.buffer.ready.remote(global_step)) == list(range(workers)):
-            return []
+    def _shares(self, prompts: int) -> dict[int, int]:
+        """Instances per rollout worker for a draw of ``prompts`` (workers with none left out)."""
+        shares = split_by_ratios(prompts, dict.fromkeys(range(len(self.workers)), 1.0))
+        return {worker: share for worker, share in shares.items() if share > 0}
+
+    def _launch(
+        self,
+        env: EnvConfig,
+        round_index: int,
+        step: int,
+        global_step: int,
+        prompts: int | None = None,
+        attempt: int = 0,
+    ) -> list[ray.ObjectRef]:
+        """Start a step's rollouts (draw ``attempt``: 0, or a refill of ``prompts`` instances) unless the buffer
+        already holds them (restored from a checkpoint)."""
         grpo = self.config.grpo
-        shares = split_by_ratios(grpo.prompts_per_step, dict.fromkeys(range(workers), 1.0))
+        shares = self._shares(prompts or grpo.prompts_per_step)
+        if ray.get(self.buffer.ready.remote(global_step, attempt)) == sorted(shares):
+            return []
         sampling = SamplingConfig(
             n=grpo.group_size, temperature=grpo.temperature, top_p=grpo.top_p, max_tokens=grpo.max_tokens
         )
         return [
-            worker.collect.remote(env, round_index, step, global_step, shares[i], sampling)
-            for i, worker in enumerate(self.workers)
+            self.workers[w].collect.remote(env, round_index, step, global_step, share, sampling, attempt)
+            for w, share in shares.items()
         ]
+
+    def _refill(self, env: EnvConfig, round_index: int, step: int, global_step: int, refs: list, summaries: list):
+        """Dynamic sampling: while the step has fewer groups with signal than ``prompts_per_step``, draw that
+        many more instances (at most ``grpo.refill`` times); returns all references and summaries and the
+        number of refills."""
+        grpo = self.config.grpo
+        refills = 0
+        for attempt in range(1, grpo.refill + 1):
+            missing = grpo.prompts_per_step - sum(s.signal_groups for s in summaries)
+            if missing <= 0:
+                break
+            ray.get(self._launch(env, round_index, step, global_step, missing, attempt))
+            more_refs, more = ray.get(self.buffer.take.remote(global_step, list(self._shares(missing)), attempt))
+            refs, summaries, refills = refs + more_refs, summaries + more, attempt
+        return refs, summaries, refills
 
     def train_round(
         self, round_index: int, env: EnvConfig, steps: int | None = None, on_step: Callable[[dict], None] | None = None
@@ -161,7 +191,9 @@ class Trainer:
             with stages("wall"):
                 with stages("rollout"):
                     ray.get(pending if pending is not None else self._launch(env, round_index, step, global_step))
-                    refs, summaries = ray.get(self.buffer.take.remote(global_step, len(self.workers)))
+                    workers = list(self._shares(self.config.grpo.prompts_per_step))
+                    refs, summaries = ray.get(self.buffer.take.remote(global_step, workers))
+                    refs, summaries, refills = self._refill(env, round_index, step, global_step, refs, summaries)
                 pending = None
                 if self.config.grpo.overlap and step + 1 < steps:
                     pending = self._launch(env, round_index, step + 1, global_step + 1)
@@ -181,7 +213,10 @@ class Trainer:
             times = {key: stages.seconds[key] for key in ("rollout", "train", "wait_next", "sync", "wall")}
             record = step_record(round_index, step, global_step, summaries, train, sync, times, trained_version)
             record["weight_version"] = self.state.version
+            record["refills"] = refills
             self.metrics.write(record, global_step)
+            if self.tracker:
+                self.tracker.step(record)
             self.telemetry.step(record)
             records.append(record)
             if on_step:

@@ -34,6 +34,7 @@ class TrajectoryBatch:
     valid: list[bool] = field(default_factory=list)
     optimal: list[bool] = field(default_factory=list)
     failure: list[str | None] = field(default_factory=list)  # category, None when valid
+    fault_char: list[int | None] = field(default_factory=list)  # where the failure starts (env.locate), or None
 
     def __len__(self) -> int:
         return len(self.reward)
@@ -62,6 +63,13 @@ class TrajectoryBatch:
             "responses": hashlib.sha256(responses).hexdigest()[:16],
         }
 
+    def signal_groups(self) -> int:
+        """Groups whose samples earned different rewards (the ones GRPO learns from)."""
+        rewards: dict[int, set[float]] = {}
+        for group, reward in zip(self.group, self.reward):
+            rewards.setdefault(group, set()).add(reward)
+        return sum(len(earned) > 1 for earned in rewards.values())
+
     def summarize(self, worker: int, skipped: int, times: dict[str, float]) -> RolloutSummary:
         return RolloutSummary(
             worker=worker,
@@ -72,6 +80,7 @@ class TrajectoryBatch:
             reward_sum=sum(self.reward),
             valid=sum(self.valid),
             optimal=sum(self.optimal),
+            signal_groups=self.signal_groups(),
             failures=dict(Counter(f for f in self.failure if f)),
             weight_versions=sorted(set(self.weight_version)),
             digest=self.digest(),
@@ -91,6 +100,7 @@ class RolloutSummary:
     reward_sum: float
     valid: int
     optimal: int
+    signal_groups: int  # groups whose samples earned different rewards (the ones GRPO learns from)
     failures: dict[str, int]  # category -> samples
     weight_versions: list[int]
     digest: dict[str, str]

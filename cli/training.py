@@ -34,7 +34,23 @@ def connect_ray(num_cpus: float = 0, dashboard: bool = False, dashboard_host: st
         log_to_driver=bool(os.environ.get("ENVENGINEER_ACTOR_LOGS")),  # actor logs stay in Ray's session dir
     )
     if dashboard and context.dashboard_url:
-        console.print(f"Ray dashboard: http://{context.dashboard_url}")
+        hint = token_hint()
+        console.print(f"Ray dashboard: http://{context.dashboard_url}" + (f"  ({hint})" if hint else ""))
+
+
+def token_hint() -> str | None:
+    """How to get the token the dashboard asks for, when Ray's token authentication is on (Ray 2.60 turns it
+    on when a token exists: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+        return None
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return "token auth: the page asks for the token in $RAY_AUTH_TOKEN"
+    path = os.environ.get("RAY_AUTH_TOKEN_PATH")
+    if path:
+        return f"token auth: the page asks for the token; `cat {path}` prints it"
+    if Path("~/.ray/auth_token").expanduser().exists():
+        return "token auth: the page asks for the token; `ray get-auth-token` prints it"
+    return None
 
 
 def _load(config: Path, **overrides):
@@ -88,12 +104,19 @@ def train(
 ) -> None:
     """GRPO on the config's environment: rollout workers, buffer, DeepSpeed learners and the vLLM
     deployment on Ray. Resumes from the run directory's newest checkpoint if there is one."""
+    from actors.tracking import Tracker, TrackingError
     from actors.trainer import Trainer
 
     settings = _load(config, run_dir=run_dir)
     ensure_writable(Path(settings.run_dir))
+    try:
+        tracker = Tracker.start(settings.tracking, settings.label or Path(settings.run_dir).name,
+                                settings.model_dump(mode="json"), settings.run_dir)  # fmt: skip
+    except TrackingError as error:
+        raise fail(str(error)) from None
     connect_ray(settings.required_cpus())
     trainer = Trainer(settings)
+    trainer.tracker = tracker
     try:
         if trainer.resume():
             console.print(f"resumed at round {trainer.state.round}, step {trainer.state.step}")
@@ -107,6 +130,7 @@ def train(
         print(json.dumps({"run_dir": settings.run_dir, "global_step": trainer.state.global_step}))
     finally:
         trainer.shutdown()
+        tracker.finish()
 
 
 def run(
@@ -123,6 +147,7 @@ def run(
     from actors.learner import LearnerGroupBroken
     from actors.run_dir import RunDir
     from actors.settings import load_run_config
+    from actors.tracking import TrackingError
 
     if RunDir(out).run_config.exists() and not resume:
         raise fail(f"{out} holds a run; pass --resume to continue it or choose another --out")
@@ -135,6 +160,8 @@ def run(
     started = time.perf_counter()
     try:
         final = run_job(settings, out, log=console.print)
+    except TrackingError as error:
+        raise fail(str(error)) from None
     except (CheckpointError, LearnerGroupBroken) as error:
         resume_command = f"envengineer run {config} --out {out} --resume"
         raise fail(f"{error}\nthe run stopped; `{resume_command}` continues it", 1) from None

@@ -114,6 +114,15 @@ def test_ray_starts_from_the_venv_with_the_dashboard_on_loopback(name):
 
 
 @pytest.mark.parametrize("name", CONFIGS)
+def test_every_node_starts_with_token_auth_and_the_launching_machines_token(name):
+    config = load(name)
+    for command in (*config["head_start_ray_commands"], *config["worker_start_ray_commands"]):
+        if "ray start" in command:
+            assert "RAY_AUTH_MODE=token" in command and "chmod 600 ~/.ray/auth_token" in command
+    assert config["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"  # outside the checkout
+
+
+@pytest.mark.parametrize("name", CONFIGS)
 def test_setup_installs_the_gpu_extra(name):
     config = load(name)
     assert config["file_mounts"]["~/envengineer"] == "."

@@ -164,3 +164,5 @@ def test_shipped_configs_load():
     assert demo.model == "models/base-v1" and not demo.warm_start  # the shipped base, no SFT
     assert (configs.parent / demo.model / "model.safetensors").exists()
     assert load_run_config(configs / "qwen3-4b.yaml").deepspeed.zero_stage == 3
+    lora = load_run_config(configs / "qwen3-4b-lora.yaml")
+    assert lora.grpo.lora.rank == 32 and lora.resources.learners == 1

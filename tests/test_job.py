@@ -36,7 +36,9 @@ def job_config(model: str) -> dict:
 def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_model, ray_cluster, tmp_path):
     model, _ = warm_model
     config, out = tmp_path / "run.yaml", tmp_path / "run"
-    config.write_text(yaml.safe_dump(job_config(model)))
+    tracking = {"wandb": {"mode": "offline", "project": "tests"},
+                "mlflow": {"tracking_uri": (tmp_path / "mlruns").as_uri(), "experiment": "job"}}  # fmt: skip
+    config.write_text(yaml.safe_dump(job_config(model) | {"tracking": tracking}))
     command = [str(BIN / "envengineer"), "run", str(config), "--out", str(out)]
     environment = os.environ | {"RAY_ADDRESS": ray_cluster}
     with open(tmp_path / "first.log", "w") as log:
@@ -72,11 +74,30 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     assert "| 3 |" in table["markdown"] and "| 3 |" in rerun.stdout
     report = (out / "report.md").read_text()
     assert "![validation](plots/validation_by_size.png)" in report
+    assert "round 1 done: validation valid" in rerun.stderr  # the one-line summary of a round
+    assert_tracked(tmp_path / "mlruns", out)
     assert "**Before RL (the starting policy)**" in report and "**After RL**" in report  # both tables
     record_fault("driver (envengineer run) SIGKILLed in round 1 of 2",
            "`--resume` kept round 0 (validation, engineer decision, round 1 config), resumed training from the "
            "last checkpoint: every step once, then validation, benchmark and report", round(finished, 1),
            "none (steps after the last checkpoint are redone with the same draws)")  # fmt: skip
+
+
+def assert_tracked(mlruns, out) -> None:
+    """MLflow holds every step's numbers (the last value logged at a step is the one in metrics.jsonl: steps
+    redone after the resume are logged again), each round's validation, the params and the report; the
+    offline W&B run is the same run across the resume."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=mlruns.as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("job").experiment_id])
+    logged = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "reward_mean")}
+    assert logged == {r["global_step"]: r["reward_mean"] for r in read_metrics(out / "metrics.jsonl")}
+    rounds = client.get_metric_history(run.info.run_id, "validation.valid_rate")
+    assert len({m.value for m in rounds}) >= 1 and len(rounds) >= 2
+    assert run.data.params["grpo.steps_per_round"] == "3"
+    assert "report.md" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert len({p.name.split("-")[-1] for p in (out / "wandb").glob("offline-run-*")}) == 1  # one run id
 
 
 def test_eval_scores_an_openai_compatible_endpoint(policy, serve_port, tmp_path):

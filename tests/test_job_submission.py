@@ -3,6 +3,7 @@
 live metrics and the dashboard's state API lists its actors by role."""
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -106,7 +107,7 @@ def test_ray_job_submit_runs_the_main_job_and_its_logs_read_back(submitted_job):
     )
     assert "succeeded" in status.stdout.lower(), status.stdout + status.stderr
     logs = subprocess.run([str(BIN / "ray"), "job", "logs", "--address", url, job_id], capture_output=True, text=True)
-    assert "round 0: validation valid" in logs.stdout and "round 1: validation valid" in logs.stdout
+    assert "round 0 done: validation valid" in logs.stdout and "round 1 done: validation valid" in logs.stdout
     assert "| 3 |" in logs.stdout  # the benchmark table
     assert (submitted_job["folder"] / "run" / "final" / "benchmark.json").exists()
 
@@ -122,3 +123,37 @@ def test_the_run_exports_live_metrics_and_names_its_actors(submitted_job):
     assert actors.returncode == 0, actors.stderr[-2000:]
     names = {actor.get("name") for actor in json.loads(actors.stdout)}
     assert {"buffer", "rollout-0", "rollout-1", "learner-0", "engineer", "validator"} <= names, sorted(map(str, names))
+
+
+def readme_cluster_lines() -> tuple[list[str], str]:
+    """The README's `export` lines and its `ray job submit ... -- \\` line, from the first shell block of
+    "Run on a cluster"."""
+    section = (ROOT / "README.md").read_text().split("## Run on a cluster", 1)[1]
+    block = section.split("```bash", 1)[1].split("```", 1)[0]
+    lines = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    exports = [line for line in lines if line.startswith("export ")]
+    (submit,) = [line for line in lines if line.startswith("ray job submit")]
+    return exports, submit
+
+
+def test_the_readme_submit_line_works_as_written_against_a_head_with_token_auth(submitted_job):
+    """The README's own `export RAY_AUTH_MODE=token` and `ray job submit` line (only the port changed to the
+    test head's, and a short entrypoint after its `--`), from the checkout root: without the export the head
+    refuses it, with it the job runs."""
+    exports, submit = readme_cluster_lines()
+    assert exports == ["export RAY_AUTH_MODE=token"]
+    port = submitted_job["url"].rsplit(":", 1)[1]
+    command = submit.replace("127.0.0.1:8265", f"127.0.0.1:{port}").removesuffix("\\").strip()
+    assert command.endswith(" --working-dir . --")
+    command += " envengineer --help"
+    environment = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}  # the test's token file stays
+    environment["PATH"] = f"{BIN}:{environment.get('PATH', '')}"
+    refused = subprocess.run(command, shell=True, cwd=ROOT, env=environment, capture_output=True, text=True)
+    assert refused.returncode != 0 and "no authentication token was found" in refused.stderr
+    for _ in range(10):
+        ran = subprocess.run(f"{exports[0]} && {command}", shell=True, cwd=ROOT, env=environment,
+                             capture_output=True, text=True, timeout=600)  # fmt: skip
+        if "No available agent" not in ran.stderr:
+            break
+        time.sleep(2)
+    assert ran.returncode == 0 and "succeeded" in ran.stdout + ran.stderr, (ran.stdout + ran.stderr)[-3000:]

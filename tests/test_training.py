@@ -38,6 +38,20 @@ def train_config(model: str, run_dir, grpo=None, resources=None, **fields) -> Tr
     )
 
 
+def assert_serves(trainer, model: str, weights: dict):
+    """The deployment's greedy output equals transformers' greedy output of ``model`` with ``weights``;
+    returns (that transformers model, its tokenizer, the prompts)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    reference = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    reference.load_state_dict({name: torch.from_numpy(array) for name, array in weights.items()})
+    prompts = chat_prompts(tokenizer)
+    served = trainer.policy.generate(prompts, SamplingConfig(temperature=0.0, max_tokens=24, ignore_eos=True))
+    assert [r["samples"][0]["token_ids"] for r in served] == hf_greedy(reference, tokenizer, prompts)
+    return reference, tokenizer, prompts
+
+
 def test_sft_warm_start_trains_publishes_and_saves(ray_cluster, tiny_model, tmp_path):
     """A short warm start from the random tiny policy on 2 learner ranks: the loss falls, the served policy
     is scored before and after, and the saved folder loads."""
@@ -58,12 +72,14 @@ def test_sft_warm_start_trains_publishes_and_saves(ray_cluster, tiny_model, tmp_
 
 
 def test_grpo_steps_train_and_update_the_served_policy(warm_model, ray_cluster, tmp_path):
-    """Two learner ranks (ZeRO-2, gloo): finite loss, weights change, the served version advances and the
-    served greedy output equals transformers' greedy output of the learner's weights."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Two learner ranks (ZeRO-2, gloo), located credit and dynamic sampling on: finite loss, weights change,
+    the served version advances and the served greedy output equals transformers' greedy output of the
+    learner's weights; entropy, signal share and refills are logged."""
+    from transformers import AutoModelForCausalLM
 
     model, _ = warm_model
-    config = train_config(model, tmp_path, resources={"learners": 2}, deepspeed={"zero_stage": 2})
+    grpo = {"credit": "located", "refill": 1}
+    config = train_config(model, tmp_path, grpo, resources={"learners": 2}, deepspeed={"zero_stage": 2})
     trainer = Trainer(config, deployment="grpo")
     try:
         initial = trainer.learners.call("weights")
@@ -72,17 +88,16 @@ def test_grpo_steps_train_and_update_the_served_policy(warm_model, ray_cluster, 
         assert trained, "every step was skipped (no reward variance in any group)"
         for record in trained:
             assert np.isfinite(record["train"]["loss"]) and record["train"]["grad_norm"] > 0
+            assert record["train"]["entropy"] > 0 and 0 < record["train"]["signal_share"] <= 1
+        for record in records:  # a refill draws as many instances as groups lacked signal
+            drawn = config.grpo.prompts_per_step * (1 + record["refills"])
+            assert record["refills"] in (0, 1) and record["instances"] <= drawn
         assert trained[0]["train"]["logprob_gap"] < 1e-3  # learner and vLLM agree on the behaviour logprobs
         final = trainer.learners.call("weights")
         assert any(not np.array_equal(initial[name], final[name]) for name in initial)
         assert trainer.policy.weight_version() == trainer.state.version == len(trained)
 
-        tokenizer = AutoTokenizer.from_pretrained(model)
-        reference = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
-        reference.load_state_dict({name: torch.from_numpy(array) for name, array in final.items()})
-        prompts = chat_prompts(tokenizer)
-        served = trainer.policy.generate(prompts, SamplingConfig(temperature=0.0, max_tokens=24, ignore_eos=True))
-        assert [r["samples"][0]["token_ids"] for r in served] == hf_greedy(reference, tokenizer, prompts)
+        assert_serves(trainer, model, final)
 
         lines = read_metrics(tmp_path / "metrics.jsonl")
         assert [r["global_step"] for r in lines] == [0, 1]
@@ -196,7 +211,49 @@ def test_a_killed_driver_resumes_from_its_last_checkpoint(warm_model, ray_cluste
     state, buffer = checkpoint.read(checkpoint.latest(tmp_path / "run"))
     assert state.global_step == 4 and state.round == 1
     per_step = config.grpo.prompts_per_step * config.grpo.group_size
-    assert buffer["trajectories"] == 4 * per_step and sorted(buffer["taken"]) == [0, 1, 2, 3]
+    assert buffer["trajectories"] == 4 * per_step and sorted(buffer["taken"]) == [(0, 0), (1, 0), (2, 0), (3, 0)]
     record_fault("driver (envengineer train) SIGKILLed during step 2 of 4",
            "the rerun resumed from step-000002, redrew exactly the killed step's batch (same digests) and "
            "finished: every step once, every trajectory once", round(finished, 1))  # fmt: skip
+
+
+def test_a_lora_run_trains_adapters_resumes_and_serves_the_merged_weights(warm_model, ray_cluster, tmp_path):
+    """LoRA on the shipped tiny policy: only the adapters train (a small optimizer state), the deployment
+    serves the merged weights (greedy output equal to transformers' on the merged model), the checkpoint
+    holds the merged model and the adapters, and a new trainer resumes from it."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model, _ = warm_model
+    lora = {"rank": 8, "alpha": 16.0}
+    config = train_config(model, tmp_path, grpo={"lora": lora, "learning_rate": 1e-3, "drop_zero_variance": False})
+    trainer = Trainer(config, deployment="lora")
+    try:
+        setup = trainer.learners.setup
+        assert setup["trainable_parameters"] < 0.1 * setup["parameters"]
+        records = trainer.train_round(0, config.env)
+        assert all(np.isfinite(r["train"]["loss"]) for r in records)
+        merged = trainer.learners.call("weights")
+        initial = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).state_dict()
+        assert set(merged) == set(initial) and any(not np.allclose(merged[k], initial[k].numpy()) for k in merged)
+        reference, tokenizer, prompts = assert_serves(trainer, model, merged)
+    finally:
+        trainer.shutdown()
+
+    saved = checkpoint.latest(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(saved / "model", dtype=torch.float32).state_dict()
+    assert all(np.allclose(loaded[k].numpy(), merged[k]) for k in merged)  # the merged model, as transformers reads it
+    adapted = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32), saved / "adapter"
+    )
+    ids = torch.tensor([tokenizer(prompts[0])["input_ids"]])
+    assert torch.allclose(adapted(ids).logits, reference(ids).logits, atol=1e-4)  # base + adapters = merged
+
+    resumed = Trainer(config, deployment="lora")
+    try:
+        assert resumed.resume() and resumed.state.global_step == 2
+        again = resumed.learners.call("weights")
+        assert all(np.array_equal(again[k], merged[k]) for k in merged)
+        assert [r["global_step"] for r in resumed.train_round(1, config.env)] == [2, 3]
+    finally:
+        resumed.shutdown()

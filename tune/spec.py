@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors.run_dir import RunDir
 from actors.settings import RunConfig
+from actors.tracking import TrackingConfig
 from env.config import ConfigError, format_errors
 
 
@@ -31,6 +32,9 @@ class SweepConfig(BaseModel):
     shared_warm_start: bool = Field(True, description="warm-start once in the driver; trials start from it")
     score_start: bool = Field(
         True, description="score the policy all trials start from once, before RL (validation and benchmark)"
+    )
+    tracking: TrackingConfig | None = Field(
+        None, description="W&B / MLflow for every trial: one tracked run per trial, grouped by the sweep's folder"
     )
 
 
@@ -69,6 +73,8 @@ class Sweep:
     def trial_config(self, variant: str, seed: int, model: str | None = None) -> RunConfig:
         data = merge(self.base, self.settings.variants[variant]) | {"seed": seed, "label": trial_name(variant, seed)}
         data["score_start"] = False  # the sweep scores the shared starting policy once (shared/start)
+        if self.settings.tracking is not None:
+            data["tracking"] = self.settings.tracking.model_dump()
         if isinstance(data.get("env"), dict):
             data["env"]["seed"] = seed  # the seed draws the instances too
         if model:

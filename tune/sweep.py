@@ -85,10 +85,44 @@ def run_trial(params: dict[str, Any], sweep: Sweep, out: str, model: str | None)
     def on_round(k: int, summary: dict[str, Any]) -> None:
         tune.report({"round": k, "valid_rate": summary["valid_rate"], "optimal_rate": summary["optimal_rate"]})
 
-    final = run_job(config, run_dir, log=lambda line: print(f"[{config.label}] {line}", flush=True), on_round=on_round)
+    final = run_job(config, run_dir, log=lambda line: print(f"[{config.label}] {line}", flush=True), on_round=on_round,
+                    tracking_group=Path(out).name)  # fmt: skip
     sums = {f"acc_sum_{a}": row["sum"]["acc"] for a, row in final["table"].items()}
     sums |= {f"opt_sum_{a}": row["sum"]["opt"] for a, row in final["table"].items()}
     tune.report({"round": config.rounds, "done": True} | sums)
+
+
+def trial_progress_class():
+    """``TrialProgress``: a Tune callback drawing a progress bar over the sweep's trials (finished or failed,
+    of all, with the time left); the bar is made in ``setup``, so the callback pickles with the experiment."""
+    from ray import tune
+
+    class TrialProgress(tune.Callback):
+        def __init__(self, total: int):
+            self.total, self.bar, self.task = total, None, None
+
+        def setup(self, **info) -> None:
+            from actors.job import progress_bar
+
+            self.bar = progress_bar()
+            self.task = self.bar.add_task("sweep trials", total=self.total)
+            self.bar.start()
+
+        def _advance(self) -> None:
+            if self.bar is not None:
+                self.bar.advance(self.task)
+
+        def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+            self._advance()
+
+        def on_trial_error(self, iteration, trials, trial, **info) -> None:
+            self._advance()
+
+        def on_experiment_end(self, trials, **info) -> None:
+            if self.bar is not None:
+                self.bar.stop()
+
+    return TrialProgress
 
 
 def run_sweep(sweep: Sweep, out: str | Path, resume: bool = False, log=print) -> Path:
@@ -120,6 +154,7 @@ def run_sweep(sweep: Sweep, out: str | Path, resume: bool = False, log=print) ->
     def resources(params: dict[str, Any]):
         return tune.PlacementGroupFactory(trial_bundles(configs[params["variant"], params["seed"]]), strategy="PACK")
 
+    TrialProgress = trial_progress_class()  # noqa: N806 - a class made where Tune is imported
     trainable = tune.with_resources(
         tune.with_parameters(run_trial, sweep=sweep, out=str(out), model=model), resources=resources
     )
@@ -136,7 +171,9 @@ def run_sweep(sweep: Sweep, out: str | Path, resume: bool = False, log=print) ->
                 "seed": tune.grid_search(list(sweep.settings.seeds)),
             },
             tune_config=tune.TuneConfig(max_concurrent_trials=limit),
-            run_config=tune.RunConfig(name="tune", storage_path=str(out), verbose=1),
+            run_config=tune.RunConfig(
+                name="tune", storage_path=str(out), verbose=1, callbacks=[TrialProgress(len(configs))]
+            ),
         )
     results = tuner.fit()
     errors = [str(r.error).splitlines()[0] for r in results if r.error]
