@@ -278,6 +278,7 @@ def step_record(
         "failures": {c: failures[c] / n for c in FAILURE_CATEGORIES},
         "samples": samples,
         "instances": sum(s.instances for s in summaries),
+        "prompt_tokens": sum(s.prompt_tokens for s in summaries),
         "response_tokens": sum(s.response_tokens for s in summaries),
         "tokens_per_s": sum(s.response_tokens for s in summaries) / max(parts["generate"], 1e-9),
         "samples_per_s": samples / max(times["wall"], 1e-9),

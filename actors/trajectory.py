@@ -76,6 +76,7 @@ class TrajectoryBatch:
             instances=len(self.instance_ids),
             skipped=skipped,
             samples=len(self),
+            prompt_tokens=sum(map(len, self.prompt_ids)),
             response_tokens=sum(map(len, self.response_ids)),
             reward_sum=sum(self.reward),
             valid=sum(self.valid),
@@ -96,6 +97,7 @@ class RolloutSummary:
     instances: int
     skipped: int  # specs the generator could not turn into a solvable instance
     samples: int
+    prompt_tokens: int  # summed over samples (each sample is a prompt + response sequence for the learner)
     response_tokens: int
     reward_sum: float
     valid: int

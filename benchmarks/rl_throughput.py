@@ -9,9 +9,12 @@ has zero variance: ours keeps those groups here (``drop_zero_variance: false``) 
 sample like TRL does.
 
 Prints samples/s and seconds per step for both and their ratio, our step-time breakdown (sample,
-generate, score, train, sync), weight sync as a share of the step and Ray overhead (wall minus parts).
+generate, score, train, sync), weight sync as a share of the step and Ray overhead (wall minus parts), and
+our step's model FLOPs utilisation: (2 x parameters x generated tokens + 6 x parameters x trained tokens)
+per second of the step over the bf16 matmul peak measured in the same run (benchmarks/pretrain.py).
 
     python benchmarks/rl_throughput.py [--presets tiny 50m] [--steps 4] [--overlap]
+    python benchmarks/rl_throughput.py --model models/base-v1 --precision bf16    # the shipped base
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SETTINGS = {  # per preset: prompts per step, group size, completion tokens
     "tiny": {"prompts_per_step": 8, "group_size": 8, "max_tokens": 32},
     "50m": {"prompts_per_step": 8, "group_size": 8, "max_tokens": 96},
+    "model": {"prompts_per_step": 16, "group_size": 8, "max_tokens": 256},  # --model: the demo's step
 }
 
 
@@ -68,6 +72,7 @@ def ours(model: str, run_dir: str, shape: dict, steps: int, overlap: bool, threa
         ray.shutdown()
     walls = [r["time"]["wall"] for r in records]
     samples = sum(r["samples"] for r in records)
+    trained = [r["prompt_tokens"] + r["response_tokens"] for r in records]  # every row trains (all groups kept)
     parts = ("sample", "generate", "score", "train", "sync", "ray_overhead")
     return {
         "setup_s": setup,
@@ -76,6 +81,8 @@ def ours(model: str, run_dir: str, shape: dict, steps: int, overlap: bool, threa
         "breakdown": {p: statistics.mean(r["time"][p] for r in records) for p in parts},
         "tokens_per_s": statistics.mean(r["tokens_per_s"] for r in records),
         "response_tokens_per_sample": sum(r["response_tokens"] for r in records) / samples,
+        "generated_tokens_per_step": statistics.mean(r["response_tokens"] for r in records),
+        "trained_tokens_per_step": statistics.mean(trained),
     }
 
 
@@ -99,6 +106,15 @@ def trl(model: str, shape: dict, steps: int, threads: int, precision: str) -> di
     )
 
 
+def count_parameters(model: str) -> int:
+    import math
+
+    from safetensors import safe_open
+
+    with safe_open(str(Path(model) / "model.safetensors"), "np") as handle:
+        return sum(math.prod(handle.get_slice(key).get_shape()) for key in handle.keys())
+
+
 def main() -> None:
     from serving.model import PRESETS, init_model
 
@@ -108,15 +124,23 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch threads of the learner and of TRL")
     parser.add_argument("--overlap", action="store_true", help="ours: generate step t+1 while training step t")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="both sides (bf16: mixed)")
+    parser.add_argument("--model", help="a model folder (e.g. models/base-v1) instead of the presets")
     args = parser.parse_args()
+    from benchmarks.pretrain import bf16_peak_gflops
+
+    peak = bf16_peak_gflops()
+    print(f"bf16 matmul peak: {peak:,.0f} GFLOP/s")
     results = {}
-    for preset in args.presets:
-        shape = SETTINGS[preset]
+    for preset in [args.model] if args.model else args.presets:
+        shape = SETTINGS["model" if args.model else preset]
         with tempfile.TemporaryDirectory() as folder:
-            model = str(init_model(Path(folder) / preset, PRESETS[preset]))
+            model = args.model or str(init_model(Path(folder) / preset, PRESETS[preset]))
             mine = ours(model, str(Path(folder) / "run"), shape, args.steps, args.overlap, args.threads, args.precision)
             peer = trl(model, shape, args.steps, args.threads, args.precision)
-        results[preset] = {"shape": shape, "ours": mine, "trl": peer}
+        parameters = count_parameters(model)
+        flops = 2 * parameters * mine["generated_tokens_per_step"] + 6 * parameters * mine["trained_tokens_per_step"]
+        mine["mfu"] = flops / mine["seconds_per_step"] / (peak * 1e9)
+        results[preset] = {"shape": shape, "ours": mine, "trl": peer, "parameters": parameters, "peak_gflops": peak}
         b = mine["breakdown"]
         print(f"\n== {preset} ({args.precision}): {shape}")
         print(f"ours: {mine['samples_per_s']:.1f} samples/s, {mine['seconds_per_step']:.2f} s/step")
@@ -125,6 +149,9 @@ def main() -> None:
         print("our step: " + ", ".join(f"{k} {v:.3f} s" for k, v in b.items()))
         step = mine["seconds_per_step"]
         print(f"weight sync {b['sync'] / step:.1%} of the step; Ray overhead {b['ray_overhead'] / step:.1%}")
+        print(f"our step's MFU: {mine['mfu']:.2%} ({parameters / 1e6:.1f}M parameters, "
+              f"{mine['generated_tokens_per_step']:.0f} generated + {mine['trained_tokens_per_step']:.0f} trained "
+              "tokens a step)")  # fmt: skip
         if peer.get("generate_s") is not None:
             generate, rest = peer["generate_s"] / peer["steps"], peer["train_s"] / peer["steps"]
             print(f"TRL step: generate+score {generate:.3f} s, rest {rest:.3f} s")

@@ -40,8 +40,8 @@ def _benchmark(run: RunDir) -> dict[str, Any]:
     row: dict[str, Any] = {"status": "done" if run.benchmark.exists() else "incomplete"}
     if run.benchmark.exists():
         for agents, table in read_json(run.benchmark)["table"].items():
-            row[f"acc_sum_{agents}"] = table["sum"]["acc"]
-            row[f"opt_sum_{agents}"] = table["sum"]["opt"]
+            row[f"acc_sum_{agents}"] = table["sum"]["acc"] / 100  # the table is in %; rows hold fractions
+            row[f"opt_sum_{agents}"] = table["sum"]["opt"] / 100
     return row
 
 
@@ -178,9 +178,9 @@ def benchmark_tables(out: Path, sweep: Sweep) -> str:
             cells = []
             for size in sizes:
                 found = [t[agents]["sizes"][str(size)] for t in tables if str(size) in t[agents]["sizes"]]
-                mean = {key: 100 * statistics.mean(f[key] for f in found) for key in ("acc", "opt")} if found else None
+                mean = {key: statistics.mean(f[key] for f in found) for key in ("acc", "opt")} if found else None
                 cells.append(f"{mean['acc']:.1f}/{mean['opt']:.1f}" if mean else "-")
-            sums = {key: [100 * t[agents]["sum"][key] for t in tables] for key in ("acc", "opt")}
+            sums = {key: [t[agents]["sum"][key] for t in tables] for key in ("acc", "opt")}  # already in %
             cells.append(f"{_mean_std(sums['acc'], 1)}/{_mean_std(sums['opt'], 1)}")
             lines.append(f"| {agents} | " + " | ".join(cells) + " |")
         lines.append("")

@@ -144,12 +144,15 @@ def test_the_serve_replica_killed_mid_generation_is_replaced_and_the_request_sen
     finally:
         trainer.shutdown()
     assert killed and killed["name"] not in replica_names(app)
-    waited = records[1]["time"]["generate"]
-    assert waited > 5.0, "step 1's generation should have waited for the new replica"
+    # the kill lands in step 1's generation, or just after it (a tiny model answers in under a second): the
+    # generation it interrupts, or the next one, waits for the new replica
+    waited = max(r["time"]["generate"] for r in records[1:])
+    assert waited > 5.0, "a generation after the kill should have waited for the new replica"
     assert outcome(Path(config.run_dir)) == reference[1]
     record("Serve replica killed during step 1's generation",
            f"Serve started a new replica, which loaded the newest published weights (version 1) before serving; "
-           f"the rollout workers sent their requests again (same seeds): step 1's generation took {waited:.0f} s; "
+           "the rollout workers sent their requests again (same seeds): the generation after the kill took "
+           f"{waited:.0f} s; "
            "same digests, counters and trajectories as the uninterrupted run",
            round(recovery, 1))  # fmt: skip
 
