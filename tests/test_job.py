@@ -89,6 +89,7 @@ def assert_tracked(mlruns, out) -> None:
     offline W&B run is the same run across the resume."""
     import mlflow
 
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # reading the file store the run wrote
     client = mlflow.MlflowClient(tracking_uri=mlruns.as_uri())
     (run,) = client.search_runs([client.get_experiment_by_name("job").experiment_id])
     logged = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "reward_mean")}

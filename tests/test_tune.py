@@ -140,8 +140,9 @@ def fake_trial(run_dir, sizes: dict[int, float], valid: list[float], acc: float)
         config = {"sizes": {s: {"data_ratio": r, "hole_ratio": 0.1, "wait_ratio": 0.2} for s, r in sizes.items()}}
         (folder / "env_config.yaml").write_text(yaml.safe_dump(config))
         (folder / "validation.json").write_text(json.dumps({"summary": {"valid_rate": rate, "optimal_rate": rate / 2}}))
-    cells = {str(s): {"acc": acc, "opt": acc / 2, "n": 2} for s in range(3, 11)}
-    table = {"3": {"sizes": cells, "sum": {"acc": acc, "opt": acc / 2}}}
+    pct = 100 * acc  # benchmark.json holds percentages (env.benchmark.ScoreTable.to_dict)
+    cells = {str(s): {"acc": pct, "opt": pct / 2, "n": 2} for s in range(3, 11)}
+    table = {"3": {"sizes": cells, "sum": {"acc": pct, "opt": pct / 2}}}
     (run_dir / "final").mkdir(parents=True)
     (run_dir / "final" / "benchmark.json").write_text(json.dumps({"table": table}))
 
