@@ -31,6 +31,10 @@ from env.config import EnvConfig, diff, project, proposal_schema
 
 MAX_ANSWER_CHARS = 20_000
 FIXED_FIELDS = ("num_agents", "num_instances", "seed")
+AGENT_COUNT_NOTE = (
+    'You may also set "num_agents" (agents per training instance) beside "sizes"; the current value is kept if '
+    "you leave it out."
+)
 
 
 class EngineerConfig(BaseModel):
@@ -43,6 +47,9 @@ class EngineerConfig(BaseModel):
     max_tokens: int = Field(512, ge=16)
     temperature: float = Field(0.7, ge=0.0)
     structured: bool = Field(True, description="decode under the config's JSON schema where the backend can")
+    agent_count: bool = Field(
+        False, description="the engineer may also set num_agents (projected onto its legal range); off: it stays"
+    )
     openai_base_url: str | None = None
     openai_model: str | None = None
     openai_api_key_env: str = "OPENAI_API_KEY"
@@ -105,7 +112,7 @@ def decide(
     decision = Decision(inputs.round, settings.backend, inputs.config)
     if settings.backend in BASELINES:
         decision.parsed = BASELINES[settings.backend](inputs)
-        return _accept(decision, inputs, decision.parsed)
+        return _accept(decision, inputs, decision.parsed, settings.agent_count)
     context = settings.context_config()
     problems = []
     if context.self_summary:
@@ -114,7 +121,9 @@ def decide(
         except Exception as error:  # the summary is optional context
             problems.append(f"self-summary failed: {type(error).__name__}: {_last_line(error)}")
     decision.prompt = render(sections(context, inputs, decision.summary))
-    schema = proposal_schema() if settings.structured else None
+    if settings.agent_count:
+        decision.prompt += f"\n\n{AGENT_COUNT_NOTE}"
+    schema = proposal_schema(settings.agent_count) if settings.structured else None
     for attempt in range(1, settings.retries + 1):
         try:
             answer = ask(decision.prompt, schema)
@@ -128,7 +137,7 @@ def decide(
             continue
         decision.parsed = parsed
         decision.notes = problems
-        return _accept(decision, inputs, parsed)
+        return _accept(decision, inputs, parsed, settings.agent_count)
     decision.notes = problems
     decision.fallback = f"no usable configuration in {settings.retries} attempts; kept the previous one"
     return decision
@@ -140,9 +149,11 @@ def _last_line(error: Exception) -> str:
     return (lines[-1] if lines else "")[:300]
 
 
-def _accept(decision: Decision, inputs: EngineerInputs, raw: dict[str, Any]) -> Decision:
-    """Project the proposal (the run's agent count, budget and seed stay) and record what changed."""
-    fixed = {name: getattr(inputs.config, name) for name in FIXED_FIELDS}
+def _accept(decision: Decision, inputs: EngineerInputs, raw: dict[str, Any], agent_count: bool = False) -> Decision:
+    """Project the proposal (the run's budget and seed stay, and its agent count unless the engineer has the
+    ``agent_count`` knob) and record what changed."""
+    names = [n for n in FIXED_FIELDS if not (n == "num_agents" and agent_count)]
+    fixed = {name: getattr(inputs.config, name) for name in names}
     for name, value in fixed.items():
         if name in raw and raw[name] != value:
             decision.notes.append(f"{name}: the engineer may not change it; kept {value}")

@@ -38,6 +38,7 @@ def build_batch(
             batch.response_ids.append(sample["token_ids"])
             batch.logprobs.append(sample["logprobs"])
             batch.finish_reason.append(sample["finish_reason"])
+            batch.text.append(sample["text"])
             batch.weight_version.append(result["weight_version"])
     verdicts, table = task.judge_all(pairs, reward)
     batch.reward = [v.reward for v in verdicts]

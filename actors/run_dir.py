@@ -2,6 +2,7 @@
 
 run_config.yaml            the run's config, as given
 metrics.jsonl              one record per GRPO step (and TensorBoard events beside it)
+samples.jsonl              with grpo.log_samples: a few groups of sampled responses per step, scored
 checkpoints/step-N/        the trainer's resume record
 start/                     the starting policy scored before RL: a RunDir with validation.json and final/
 round_<k>/env_config.yaml  the round's environment configuration
@@ -37,6 +38,7 @@ class RunDir:
         self.path = Path(path)
         self.run_config = self.path / "run_config.yaml"
         self.metrics = self.path / "metrics.jsonl"
+        self.samples = self.path / "samples.jsonl"
         self.validation = self.path / "validation.json"  # a scored start's (round -1)
         self.benchmark = self.path / "final" / "benchmark.json"
         self.plots = self.path / "plots"

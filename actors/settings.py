@@ -73,6 +73,9 @@ class GRPOConfig(_Config):
         0, ge=0, description="dynamic sampling: up to this many extra draws per step to replace groups without signal"
     )
     micro_batch_size: int = Field(16, ge=1, description="sequences per forward/backward on a learner")
+    log_samples: int = Field(
+        0, ge=0, description="groups per step whose samples (text, reward, verdict) go to samples.jsonl (0 = none)"
+    )
     overlap: bool = Field(
         False, description="generate step t+1 while training step t (one step off-policy, deterministic)"
     )
@@ -196,6 +199,9 @@ class RunConfig(TrainConfig):
 
     model: str = Field("tiny", description="local Hugging Face folder, or a preset (tiny, 50m) built in the run")
     env: EnvConfig | None = Field(None, description="round-0 config; none = a random legal config from `seed`")
+    train_agents: int = Field(
+        2, ge=1, le=8, description="agents per training instance of the random round-0 config (when `env` is none)"
+    )
     rounds: int = Field(3, ge=1)
     warm_start: bool = Field(True, description="SFT on solver demonstrations before round 0")
     score_start: bool = Field(

@@ -15,6 +15,7 @@ exactly the batches the interrupted run would have drawn.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from collections import Counter
@@ -30,11 +31,12 @@ from actors.checkpoint import TrainState
 from actors.learner import LearnerGroupBroken, start_policy
 from actors.metrics import MetricsLog
 from actors.rollout_worker import RolloutWorker
+from actors.run_dir import RunDir
 from actors.settings import TrainConfig, run_namespace
 from actors.telemetry import Telemetry
 from actors.timing import Stages
 from actors.tracking import Tracker
-from actors.trajectory import RolloutSummary
+from actors.trajectory import RolloutSummary, TrajectoryBatch
 from env.config import EnvConfig, split_by_ratios
 from env.evaluate import FAILURE_CATEGORIES
 from env.stats import FailureTable
@@ -219,6 +221,8 @@ class Trainer:
                 self.tracker.step(record)
             self.telemetry.step(record)
             records.append(record)
+            if self.config.grpo.log_samples:
+                self._log_samples(global_step, refs)
             if on_step:
                 on_step(record)
             every = self.config.checkpoint.every_steps
@@ -228,6 +232,13 @@ class Trainer:
             elif every and self.state.global_step % every == 0:
                 self.save_checkpoint()
         return records
+
+    def _log_samples(self, global_step: int, refs: list[ray.ObjectRef]) -> None:
+        """Append the step's first ``grpo.log_samples`` groups (texts, rewards, verdicts) to samples.jsonl."""
+        batch = TrajectoryBatch.merge(ray.get(refs))
+        with RunDir(self.run_dir).samples.open("a") as out:
+            for row in batch.sample_records(self.config.grpo.log_samples):
+                out.write(json.dumps({"global_step": global_step} | row) + "\n")
 
     def rollout_failures(self) -> FailureTable:
         """The failure table of every rollout trained on so far (the engineer's training evidence)."""

@@ -28,6 +28,7 @@ class TrajectoryBatch:
     response_ids: list[list[int]] = field(default_factory=list)  # [S][response tokens]
     logprobs: list[list[float]] = field(default_factory=list)  # [S][response tokens]: behaviour logprobs
     finish_reason: list[str] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)  # [S] the response as the engine decoded it
     weight_version: list[int] = field(default_factory=list)  # the policy version that sampled it
     # per sample [S]: the verifier's verdict
     reward: list[float] = field(default_factory=list)
@@ -53,6 +54,20 @@ class TrajectoryBatch:
     def sample_instance_ids(self) -> list[str]:
         """The instance id of every sample [S]."""
         return [self.instance_ids[g] for g in self.group]
+
+    def sample_records(self, groups: int) -> list[dict]:
+        """The first ``groups`` groups as JSON rows (instance, then each sample's text, reward and verdict),
+        for reading what the policy wrote (``grpo.log_samples``)."""
+        rows = []
+        for group in range(min(groups, len(self.instance_ids))):
+            members = [i for i, g in enumerate(self.group) if g == group]
+            samples = [
+                {"text": self.text[i], "reward": self.reward[i], "failure": self.failure[i],
+                 "tokens": len(self.response_ids[i]), "finish_reason": self.finish_reason[i]}
+                for i in members
+            ]  # fmt: skip
+            rows.append({"instance": self.instance_ids[group], "samples": samples})
+        return rows
 
     def digest(self) -> dict[str, str]:
         """Short hashes of the instances (ids and prompts) and of the sampled responses."""

@@ -128,11 +128,12 @@ def count_with_ratio(total: int, ratio: float) -> int:
     return int(total * ratio + 0.5)
 
 
-def proposal_schema() -> dict[str, Any]:
+def proposal_schema(agent_count: bool = False) -> dict[str, Any]:
     """JSON schema of a configuration written by an LLM: sizes as fixed keys "3".."10" (at least one), each
     knob one of the multiples of 0.05 in its range, no other fields. Decoding under it keeps answers short
     and parseable even for a tiny model; ``project`` still makes the result legal (ratios summing to 1,
-    enough free cells). The agent count, budget and seed are the run's, not the engineer's."""
+    enough free cells). The budget and seed are the run's, not the engineer's; so is the agent count unless
+    ``agent_count`` (then an optional ``num_agents`` in its range)."""
 
     def grid(name: str) -> dict[str, Any]:
         low, high = RANGES[name]
@@ -147,7 +148,7 @@ def proposal_schema() -> dict[str, Any]:
         "required": list(SizeConfig.model_fields),
         "additionalProperties": False,
     }
-    return {
+    schema = {
         "type": "object",
         "properties": {
             "sizes": {
@@ -160,6 +161,10 @@ def proposal_schema() -> dict[str, Any]:
         "required": ["sizes"],
         "additionalProperties": False,
     }
+    if agent_count:
+        low, high = RANGES["num_agents"]
+        schema["properties"]["num_agents"] = {"type": "integer", "minimum": low, "maximum": high}
+    return schema
 
 
 def format_errors(error: ValidationError, what: str = "environment config") -> str:

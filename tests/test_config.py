@@ -151,3 +151,12 @@ def test_diff_is_readable():
     assert "sizes.5.hole_ratio: 0.2 -> 0.35" in lines
     assert any(line.startswith("sizes.10: removed") for line in lines)
     assert diff(a, a) == []
+
+
+def test_the_random_round_0_config_trains_on_train_agents():
+    from actors.job import round0
+    from actors.settings import RunConfig
+
+    assert round0(RunConfig()).num_agents == 2
+    three = round0(RunConfig(train_agents=3))
+    assert three.num_agents == 3 and three.sizes == round0(RunConfig()).sizes  # the same draw, more agents

@@ -91,6 +91,21 @@ def test_adversarial_answers_cannot_leave_the_legal_space_or_touch_the_run(input
     assert "reward" in notes and "num_instances" in notes and "12" in notes
 
 
+def test_the_agent_count_knob_lets_the_engineer_set_num_agents_within_its_range(inputs):
+    seen = {}
+
+    def ask(prompt, schema):
+        seen["prompt"], seen["schema"] = prompt, schema
+        return json.dumps(GOOD | {"num_agents": 12})
+
+    off = decide(EngineerConfig(), inputs, llm(json.dumps(GOOD | {"num_agents": 3})))
+    assert off.config.num_agents == inputs.config.num_agents and "num_agents" in " ".join(off.notes)
+    on = decide(EngineerConfig(agent_count=True), inputs, ask)
+    assert on.config.num_agents == 8  # projected onto the legal range 1..8
+    assert "num_agents" in seen["schema"]["properties"] and '"num_agents"' in seen["prompt"]
+    assert "num_agents: 2 -> 8" in on.changes
+
+
 def test_parse_proposal_reads_data_only():
     assert parse_proposal("```yaml\nsizes: {3: {data_ratio: 1}}\n```") == {"sizes": {3: {"data_ratio": 1}}}
     assert parse_proposal("!!python/object/apply:os.system ['echo hi']") is None
