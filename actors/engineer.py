@@ -4,7 +4,9 @@
 as data (JSON or YAML, never evaluated), project it onto the legal configuration space, and record
 everything (prompt, raw answer, parsed, projected, diff, notes). An answer that cannot be used after
 ``retries`` attempts keeps the previous configuration and records why: engineer output never crashes a
-run. The engineer edits the map-size knobs only; agent count, budget and seed stay as the run set them.
+run. The engineer edits the map-size knobs only; budget and seed stay as the run set them, and so does the
+agent count unless ``agent_count`` is on. With ``probe``, the proposal is first measured on the current
+policy and revised once where it gives no learning signal (``actors/engineer_probe.py``).
 
 Backends: ``policy`` (the current checkpoint through its Serve deployment), ``base`` (the frozen initial
 checkpoint), ``openai`` (any OpenAI-compatible endpoint), and the non-LLM baselines of
@@ -27,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from actors.chat import openai_chat, serve_chat
 from actors.engineer_baselines import BASELINES
 from actors.engineer_context import PRESETS, ContextConfig, EngineerInputs, render, sections, summary_request
+from actors.engineer_probe import Probe, ProbeConfig, Score, drop_flagged, evidence, run_probe
 from env.config import EnvConfig, diff, project, proposal_schema
 
 MAX_ANSWER_CHARS = 20_000
@@ -50,6 +53,9 @@ class EngineerConfig(BaseModel):
     agent_count: bool = Field(
         False, description="the engineer may also set num_agents (projected onto its legal range); off: it stays"
     )
+    probe: ProbeConfig | None = Field(
+        None, description="score the proposal on the current policy first and revise once (off by default)"
+    )
     openai_base_url: str | None = None
     openai_model: str | None = None
     openai_api_key_env: str = "OPENAI_API_KEY"
@@ -70,9 +76,12 @@ class Decision:
     notes: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)
     fallback: str | None = None  # why the previous config was kept
+    probes: list[Probe] = field(default_factory=list)  # with engineer.probe: the proposal's, then the revision's
+    proposed: EnvConfig | None = None  # with engineer.probe: the configuration before the revision
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"config": self.config.to_dict()}
+        data = asdict(self) | {"config": self.config.to_dict(), "probes": [p.to_dict() for p in self.probes]}
+        return data | {"proposed": self.proposed.to_dict() if self.proposed else None}
 
     def save(self, folder: str | Path) -> None:
         folder = Path(folder)
@@ -80,6 +89,9 @@ class Decision:
         (folder / "prompt.md").write_text(self.prompt)
         (folder / "response.txt").write_text("\n\n---\n\n".join(self.answers))
         (folder / "decision.json").write_text(json.dumps(self.to_dict(), indent=1, default=str))
+        if self.probes:
+            rows = [json.dumps(i) for p in self.probes for i in p.instances]
+            (folder / "probe_instances.jsonl").write_text("".join(r + "\n" for r in rows))
 
 
 def parse_proposal(text: str) -> Any:
@@ -106,9 +118,52 @@ def decide(
     settings: EngineerConfig,
     inputs: EngineerInputs,
     ask: Callable[[str, dict | None], str] | None = None,
+    score: Score | None = None,
 ) -> Decision:
     """The next round's configuration. ``ask(prompt, json_schema) -> answer`` is the LLM backend (unused
-    by baselines); exceptions it raises count as failed attempts."""
+    by baselines); exceptions it raises count as failed attempts. With ``settings.probe``, ``score`` (the
+    current policy's greedy verdicts) probes the proposal and it is revised once (actors/engineer_probe.py)."""
+    decision = _propose(settings, inputs, ask)
+    if settings.probe is None or score is None or decision.fallback:
+        return decision
+    return _probe_and_revise(settings, inputs, ask, score, decision)
+
+
+def _probe_and_revise(settings: EngineerConfig, inputs: EngineerInputs, ask, score: Score, decision: Decision):
+    probe = run_probe(decision.config, settings.probe, inputs.round + 1, score)
+    decision.probes.append(probe)
+    if not probe.flagged:
+        decision.notes.append("probe: every size with data is in the learning band")
+        return decision
+    decision.proposed = decision.config
+    raw = None
+    if ask is not None:
+        prompt = f"{decision.prompt}\n\n## Your proposal\n{decision.answers[-1]}\n\n## Probe\n{evidence(probe)}"
+        try:
+            answer = ask(prompt, proposal_schema(settings.agent_count) if settings.structured else None)
+            decision.answers.append(answer)
+            raw = parse_proposal(answer)
+        except Exception as error:
+            decision.notes.append(f"probe: revision failed: {type(error).__name__}: {_last_line(error)}")
+        if not isinstance(raw, dict) or not isinstance(raw.get("sizes"), dict) or not raw["sizes"]:
+            decision.notes.append("probe: the revision holds no configuration with sizes")
+            raw = None
+        else:
+            decision.notes.append("probe: revised by the engineer")
+    if raw is None:
+        raw, note = drop_flagged(decision.config, probe)
+        decision.notes.append(f"probe: {note}")
+        if raw is None:
+            return decision
+    revised = _accept(Decision(decision.round, decision.backend, inputs.config), inputs, raw, settings.agent_count)
+    decision.config, decision.changes = revised.config, revised.changes
+    decision.notes += revised.notes
+    decision.probes.append(run_probe(decision.config, settings.probe, inputs.round + 1, score))
+    return decision
+
+
+def _propose(settings: EngineerConfig, inputs: EngineerInputs, ask) -> Decision:
+    """The engineer's own proposal (baseline or LLM with retries), projected."""
     decision = Decision(inputs.round, settings.backend, inputs.config)
     if settings.backend in BASELINES:
         decision.parsed = BASELINES[settings.backend](inputs)
@@ -198,6 +253,14 @@ class Engineer:
     def __init__(self, settings: EngineerConfig, policy_deployment: str = "policy", base_deployment: str = "base"):
         self.settings = settings
         self.ask = None
+        self.score = None
+        if settings.probe is not None:  # the probe asks the current policy, whichever backend proposes
+            from ray import serve
+
+            from actors.validation import validate
+
+            policy = serve.get_deployment_handle(policy_deployment, app_name=policy_deployment)
+            self.score = lambda instances: validate(policy, instances, settings.probe.max_tokens)[1]
         if self.settings.backend in ("policy", "base"):
             name = policy_deployment if self.settings.backend == "policy" else base_deployment
             self.ask = serve_backend(name, self.settings)
@@ -206,6 +269,6 @@ class Engineer:
 
     def propose(self, inputs: EngineerInputs, folder: str) -> Decision:
         """Decide the next config and save the decision (prompt, answers, decision.json) in ``folder``."""
-        decision = decide(self.settings, inputs, self.ask)
+        decision = decide(self.settings, inputs, self.ask, self.score)
         decision.save(folder)
         return decision

@@ -159,3 +159,64 @@ def test_baselines_propose_legal_configs(inputs, backend):
     assert decision.fallback is None
     if backend == "fixed":
         assert decision.config.sizes == inputs.history[0].config.sizes
+
+
+def policy_passing(sizes: set[int], first_of: set[int] = frozenset()):
+    """A stand-in for the current policy's greedy verdicts: passes every instance of ``sizes`` and the first
+    one drawn of each size in ``first_of``."""
+
+    def score(instances):
+        passing = [i.size in sizes or (i.size in first_of and i.id.endswith("0000")) for i in instances]
+        return [evaluate(i, solved(i) if ok else "") for i, ok in zip(instances, passing)]
+
+    return score
+
+
+def solved(instance):
+    plan = "\n".join(f"Agent {i}: {', '.join(moves)}" for i, moves in enumerate(instance.solution))
+    return f"<answer>\n{plan}\n</answer>"
+
+
+def three_sizes(inputs):
+    sizes = {s: {"data_ratio": 1 / 3, "hole_ratio": 0.1, "wait_ratio": 0.0} for s in ("3", "4", "5")}
+    return {"sizes": sizes}
+
+
+def test_the_probe_flags_sizes_without_signal_and_the_llm_revises_once(inputs, tmp_path):
+    from actors.engineer_probe import ProbeConfig
+
+    prompts = []
+    revision = {"sizes": {"4": {"data_ratio": 1.0, "hole_ratio": 0.1, "wait_ratio": 0.0}}}
+
+    def ask(prompt, schema):
+        prompts.append(prompt)
+        return json.dumps(three_sizes(inputs) if len(prompts) == 1 else revision)
+
+    passes_3x3 = policy_passing({3})  # 3x3: all pass; 5x5: all fail; 4x4: all fail as well
+    settings = EngineerConfig(probe=ProbeConfig(per_size=3))
+    decision = decide(settings, inputs, ask, passes_3x3)
+    first, second = decision.probes
+    assert first.flagged == {3: "all pass", 4: "all fail", 5: "all fail"} and first.sizes[3] == (3, 3)
+    assert len(prompts) == 2 and "3x3 | 3/3 | all pass" in prompts[1]  # the evidence went back, once
+    assert decision.proposed.sizes[5].data_ratio > 0 and set(decision.config.sizes) == {4}
+    assert list(second.sizes) == [4] and "probe: revised by the engineer" in decision.notes
+    decision.save(tmp_path)
+    saved = json.loads((tmp_path / "decision.json").read_text())
+    assert saved["probes"][0]["flagged"] == {"3": "all pass", "4": "all fail", "5": "all fail"}
+    assert len((tmp_path / "probe_instances.jsonl").read_text().splitlines()) == 9 + 3
+
+
+def test_a_baseline_or_an_unusable_revision_drops_the_flagged_sizes(inputs):
+    from actors.engineer_probe import ProbeConfig
+
+    settings = EngineerConfig(probe=ProbeConfig(per_size=2))
+    answers = llm(json.dumps(three_sizes(inputs)), "I cannot revise that.")
+    decision = decide(settings, inputs, answers, policy_passing(set(), first_of={4}))  # 3x3, 5x5 fail: dropped
+    assert {s for s, k in decision.config.sizes.items() if k.data_ratio > 0} == {4}
+    assert any("dropped the data of the flagged sizes [3, 5]" in n for n in decision.notes)
+
+    everything_passes = policy_passing(set(range(3, 11)))
+    kept = decide(EngineerConfig(backend="heuristic", probe=ProbeConfig(per_size=1)), inputs, None, everything_passes)
+    assert kept.proposed == kept.config and "every size with data is flagged" in " ".join(kept.notes)
+    unprobed = decide(EngineerConfig(backend="heuristic"), inputs, None, everything_passes)
+    assert not unprobed.probes and unprobed.config == kept.config

@@ -27,7 +27,12 @@ def job_config(model: str) -> dict:
         "serving": {"max_model_len": 4096},
         "grpo": {"prompts_per_step": 4, "group_size": 4, "steps_per_round": 3, "max_tokens": 160},
         "checkpoint": {"every_steps": 1},
-        "engineer": {"backend": "policy", "preset": "V6", "max_tokens": 256},
+        "engineer": {
+            "backend": "policy",
+            "preset": "V6",
+            "max_tokens": 256,
+            "probe": {"per_size": 2, "max_tokens": 160},
+        },  # fmt: skip
         "validation": {"agents": [2], "per_cell": 1, "max_tokens": 160},
         "benchmark": {"agents": [3], "per_cell": 1, "max_tokens": 160},
     }
@@ -53,6 +58,9 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     round0 = (out / "round_0" / "validation.json").read_text()
     decision = json.loads((out / "round_0" / "engineer" / "decision.json").read_text())
     assert decision["backend"] == "policy" and (out / "round_1" / "env_config.yaml").exists()
+    probed = decision["probes"][0]  # the proposal scored on the served policy before it was adopted
+    assert probed["verdicts"] and sum(n for _, n in probed["sizes"].values()) == len(probed["verdicts"])
+    assert (out / "round_0" / "engineer" / "probe_instances.jsonl").exists()
 
     refused = subprocess.run(command, env=environment, capture_output=True, text=True)
     assert refused.returncode == 2 and "--resume" in refused.stderr
