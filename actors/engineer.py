@@ -10,7 +10,8 @@ policy and revised once where it gives no learning signal (``actors/engineer_pro
 
 Backends: ``policy`` (the current checkpoint through its Serve deployment), ``base`` (the frozen initial
 checkpoint), ``openai`` (any OpenAI-compatible endpoint), and the non-LLM baselines of
-``actors/engineer_baselines.py`` (``fixed``, ``random``, ``heuristic``, ``plr``).
+``actors/engineer_baselines.py`` (``fixed``, ``random``, ``heuristic``, ``plr``), and ``plr-levels``
+(``actors/level_replay.py``: replays scored instances rather than editing the configuration).
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ from actors.chat import openai_chat, serve_chat
 from actors.engineer_baselines import BASELINES
 from actors.engineer_context import PRESETS, ContextConfig, EngineerInputs, render, sections, summary_request
 from actors.engineer_probe import Probe, ProbeConfig, Score, drop_flagged, evidence, run_probe
+from actors.level_replay import LevelReplayConfig, choose_levels
 from env.config import EnvConfig, diff, project, proposal_schema
+from env.generator import derive_seed
+from env.instance import Instance
 
 MAX_ANSWER_CHARS = 20_000
 FIXED_FIELDS = ("num_agents", "num_instances", "seed")
@@ -43,7 +47,7 @@ AGENT_COUNT_NOTE = (
 class EngineerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["policy", "base", "openai", "fixed", "random", "heuristic", "plr"] = "policy"
+    backend: Literal["policy", "base", "openai", "fixed", "random", "heuristic", "plr", "plr-levels"] = "policy"
     preset: Literal["V1", "V2", "V3", "V4", "V5", "V6"] | None = Field("V6", description="context preset")
     context: ContextConfig | None = Field(None, description="modules switched on one by one (overrides preset)")
     retries: int = Field(3, ge=1, le=10, description="attempts before keeping the previous config")
@@ -56,6 +60,7 @@ class EngineerConfig(BaseModel):
     probe: ProbeConfig | None = Field(
         None, description="score the proposal on the current policy first and revise once (off by default)"
     )
+    levels: LevelReplayConfig = Field(default_factory=LevelReplayConfig, description="the plr-levels engineer")
     openai_base_url: str | None = None
     openai_model: str | None = None
     openai_api_key_env: str = "OPENAI_API_KEY"
@@ -77,10 +82,12 @@ class Decision:
     changes: list[str] = field(default_factory=list)
     fallback: str | None = None  # why the previous config was kept
     probes: list[Probe] = field(default_factory=list)  # with engineer.probe: the proposal's, then the revision's
+    levels: list[Instance] = field(default_factory=list)  # plr-levels: the next round's replay set
     proposed: EnvConfig | None = None  # with engineer.probe: the configuration before the revision
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self) | {"config": self.config.to_dict(), "probes": [p.to_dict() for p in self.probes]}
+        data["levels"] = [level.id for level in self.levels]  # the levels themselves: round_<k>/levels.jsonl
         return data | {"proposed": self.proposed.to_dict() if self.proposed else None}
 
     def save(self, folder: str | Path) -> None:
@@ -165,6 +172,11 @@ def _probe_and_revise(settings: EngineerConfig, inputs: EngineerInputs, ask, sco
 def _propose(settings: EngineerConfig, inputs: EngineerInputs, ask) -> Decision:
     """The engineer's own proposal (baseline or LLM with retries), projected."""
     decision = Decision(inputs.round, settings.backend, inputs.config)
+    if settings.backend == "plr-levels":  # the configuration stays; the levels to replay are the proposal
+        seed = derive_seed(inputs.config.seed, "plr-levels", inputs.round + 1)
+        decision.levels = choose_levels(inputs.levels, inputs.step, settings.levels, seed)
+        decision.notes.append(f"plr-levels: {len(decision.levels)} levels to replay from {len(inputs.levels)} scored")
+        return _accept(decision, inputs, inputs.config.to_dict(), settings.agent_count)
     if settings.backend in BASELINES:
         decision.parsed = BASELINES[settings.backend](inputs)
         return _accept(decision, inputs, decision.parsed, settings.agent_count)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.level_replay import Level
 from env.config import RANGES, SIZES, EnvConfig
 from env.evaluate import FAILURE_CATEGORIES
 from env.stats import FailureTable
@@ -75,6 +76,8 @@ class EngineerInputs:
     history: list[RoundRecord] = field(default_factory=list)  # earlier rounds, round 0 first
     training: dict[str, Any] = field(default_factory=dict)  # RL hyperparameters
     bookkeeping: dict[str, Any] = field(default_factory=dict)  # round index, steps, budget
+    levels: list[Level] = field(default_factory=list)  # every instance trained on, scored (plr-levels only)
+    step: int = 0  # the global step the round ended at
 
 
 def _rates(table: FailureTable) -> str:

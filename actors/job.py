@@ -21,12 +21,14 @@ import yaml
 
 from actors.engineer import Decision, Engineer
 from actors.engineer_context import EngineerInputs, FailedCase, RoundRecord
+from actors.level_replay import ReplaySet
 from actors.run_dir import RunDir, read_json
 from actors.settings import RunConfig
 from actors.tracking import Tracker
 from actors.validation import Validator, eval_instances
 from env.benchmark import BENCHMARK, VALIDATION, score
 from env.config import EnvConfig, load_config, random_config, save_config
+from env.instance import Instance, read_instances, write_instances
 from env.render import ansi
 from env.stats import FailureTable
 
@@ -143,9 +145,10 @@ def run_job(
             log(f"resumed from {trainer.resumed_from}")
         engineer = start_engineer(config, trainer, model)
         env = round_config(run, 0, round0(config))
+        replay = None
         for k in range(config.rounds):
             if trainer.state.round <= k:
-                train_with_progress(trainer, k, env, config.grpo.steps_per_round, log)
+                train_with_progress(trainer, k, env, config.grpo.steps_per_round, log, replay)
             result = validate_round(run.round(k).validation, validator, validation, config, log, k)
             trainer.telemetry.validation(k, result.table.summary())
             if on_round:
@@ -154,10 +157,12 @@ def run_job(
             decision = None
             if k + 1 < config.rounds:
                 if not run.round(k + 1).env_config.exists():
-                    decision = propose(config, trainer.rollout_failures(), env, result, history, run.round(k), engineer)
+                    decision = propose(config, trainer, env, result, history, run.round(k), engineer)
                     trainer.telemetry.decision(decision.backend, bool(decision.changes), decision.fallback is not None)
+                    replay = replay_set(run, k + 1, config, decision.levels)
                     env = round_config(run, k + 1, decision.config)
                 else:
+                    replay = replay_set(run, k + 1, config, None)
                     env = round_config(run, k + 1, None)
             tracker.round(k, trainer.state.global_step, result.table.summary(), decision)
             log(round_line(k, result, decision))
@@ -192,6 +197,17 @@ def round_config(run: RunDir, k: int, proposed: EnvConfig | None) -> EnvConfig:
         save_config(proposed, path)
         return proposed
     return load_config(path)
+
+
+def replay_set(run: RunDir, k: int, config: RunConfig, levels: list[Instance] | None) -> ReplaySet | None:
+    """Round ``k``'s replay levels (plr-levels): ``levels``, written once as the resume record before the
+    round's config, or the ones written before (``levels`` is None only when resuming); None without any."""
+    path = run.round(k).levels
+    if levels is not None and not path.exists() and levels:
+        write_instances(levels, path)
+    if not path.exists():
+        return None
+    return ReplaySet(read_instances(path), config.engineer.levels.replay_probability)
 
 
 def score_start(config: RunConfig, model: str, start: RunDir, log: Log) -> None:
@@ -245,8 +261,9 @@ def score_with_progress(validator, instances: list, max_tokens: int, what: str, 
     return table, verdicts, answers
 
 
-def train_with_progress(trainer, k: int, env: EnvConfig, steps: int, log: Log) -> None:
-    """Train round ``k`` with a progress bar over its steps and a line per step."""
+def train_with_progress(trainer, k: int, env: EnvConfig, steps: int, log: Log, replay: ReplaySet | None = None):
+    """Train round ``k`` (with ``replay``'s levels mixed in) with a progress bar over its steps and a line per
+    step."""
     with progress_bar() as progress:
         task = progress.add_task(f"round {k} GRPO", total=steps, completed=trainer.state.step)
 
@@ -254,7 +271,7 @@ def train_with_progress(trainer, k: int, env: EnvConfig, steps: int, log: Log) -
             progress.advance(task)
             log(f"round {k} step {record['step']}: reward {record['reward_mean']:.3f} valid {record['valid_rate']:.1%}")
 
-        trainer.train_round(k, env, on_step=on_step)
+        trainer.train_round(k, env, on_step=on_step, replay=replay)
 
 
 def validate_round(path: Path, validator, instances, config: RunConfig, log: Log, k: int) -> ValidationResult:
@@ -276,14 +293,17 @@ def validate_round(path: Path, validator, instances, config: RunConfig, log: Log
     return result
 
 
-def propose(config: RunConfig, rollouts: FailureTable, env: EnvConfig, result: ValidationResult, history,
+def propose(config: RunConfig, trainer, env: EnvConfig, result: ValidationResult, history,
             folder, engineer) -> Decision:  # fmt: skip
     """The engineer's decision for the next round from this round's evidence (saved in ``folder.engineer``)."""
+    levels = ray.get(trainer.buffer.level_table.remote()) if config.engineer.backend == "plr-levels" else []
     inputs = EngineerInputs(
         round=result.round,
         config=env,
         validation=result.table,
-        rollouts=rollouts,
+        rollouts=trainer.rollout_failures(),
+        levels=levels,
+        step=trainer.state.global_step,
         failed_cases=result.failed_cases,
         history=history[:-1],  # earlier rounds; this one is the failure breakdown
         training=json.loads(config.grpo.model_dump_json()) | {"deepspeed": config.deepspeed.model_dump()},

@@ -10,11 +10,12 @@ from __future__ import annotations
 import ray
 from ray import serve
 
+from actors.level_replay import ReplaySet
 from actors.timing import Stages
 from actors.trajectory import RolloutSummary, TrajectoryBatch
 from env import task
 from env.config import EnvConfig
-from env.evaluate import RewardConfig
+from env.evaluate import RewardConfig, regret
 from env.generator import derive_seed, make_instance, sample_specs
 from env.instance import Instance
 from env.locate import fault_offset
@@ -24,11 +25,16 @@ from serving.settings import SamplingConfig
 
 
 def build_batch(
-    instances: list[Instance], results: list[dict], reward: RewardConfig
+    instances: list[Instance], results: list[dict], reward: RewardConfig, replayed: list[bool] | None = None
 ) -> tuple[TrajectoryBatch, FailureTable]:
     """Score every sample of every instance (through the task API): the trajectory batch and its failure
     table."""
-    batch = TrajectoryBatch(instance_ids=[i.id for i in instances], features=[features(i) for i in instances])
+    batch = TrajectoryBatch(
+        instance_ids=[i.id for i in instances],
+        features=[features(i) for i in instances],
+        levels=[i.model_dump(mode="json") for i in instances],
+        replayed=replayed or [False] * len(instances),
+    )
     pairs = []
     for group, (instance, result) in enumerate(zip(instances, results)):
         for sample in result["samples"]:
@@ -46,6 +52,7 @@ def build_batch(
     batch.optimal = [v.optimal for v in verdicts]
     batch.failure = [v.failure for v in verdicts]
     batch.fault_char = [fault_offset(text, v) for (_, text), v in zip(pairs, verdicts)]
+    batch.regret = [regret(v, instance.optimal_makespan) for (instance, _), v in zip(pairs, verdicts)]
     return batch, table
 
 
@@ -66,22 +73,27 @@ class RolloutWorker:
         prompts: int,
         sampling: SamplingConfig,
         attempt: int = 0,
+        replay: ReplaySet | None = None,
     ) -> RolloutSummary:
         """Draw ``prompts`` instances of step ``step`` of round ``round_index`` (``attempt`` > 0: a refill of
-        groups without signal, drawn with seeds of its own), sample, score, and add the batch to the buffer
-        under ``global_step``; returns its summary (counts and the time of each stage)."""
+        groups without signal, drawn with seeds of its own; ``replay``: the round's replay levels, mixed in),
+        sample, score, and add the batch to the buffer under ``global_step``; returns its summary (counts and
+        the time of each stage)."""
         stages = Stages()
         parts = (round_index, step, self.worker_id) + (("refill", attempt) if attempt else ())
         with stages("sample"):
             specs = sample_specs(env, prompts, *parts)
             instances = [r.instance for r in map(make_instance, specs) if r.instance is not None]
+            replayed = None
+            if replay is not None:
+                instances, replayed = replay.mix(instances, derive_seed(env.seed, *parts, "replay"))
         with stages("generate"):
             seed = derive_seed(env.seed, *parts, "sampling")
             results = generate_chat(
                 self.handle, [task.messages(i) for i in instances], sampling.model_copy(update={"seed": seed})
             )
         with stages("score"):
-            batch, table = build_batch(instances, results, self.reward)
+            batch, table = build_batch(instances, results, self.reward, replayed)
         summary = batch.summarize(self.worker_id, len(specs) - len(instances), stages.seconds)
         ray.get(self.buffer.add.remote(global_step, self.worker_id, batch, table, summary, attempt))
         return summary

@@ -6,6 +6,7 @@ samples.jsonl              with grpo.log_samples: a few groups of sampled respon
 checkpoints/step-N/        the trainer's resume record
 start/                     the starting policy scored before RL: a RunDir with validation.json and final/
 round_<k>/env_config.yaml  the round's environment configuration
+round_<k>/levels.jsonl     plr-levels: the instances the round replays (written before env_config.yaml)
 round_<k>/validation.json  held-out validation after the round's training (summary, table, failed cases)
 round_<k>/engineer/        the engineer's prompt, answers and decision.json
 final/benchmark.json       the benchmark table after the last round
@@ -26,6 +27,7 @@ class RoundDir:
         self.path = Path(path)
         self.index = int(self.path.name.split("_")[1])
         self.env_config = self.path / "env_config.yaml"
+        self.levels = self.path / "levels.jsonl"
         self.validation = self.path / "validation.json"
         self.engineer = self.path / "engineer"
         self.decision = self.engineer / "decision.json"

@@ -29,6 +29,7 @@ from actors import checkpoint
 from actors.buffer import TrajectoryBuffer
 from actors.checkpoint import TrainState
 from actors.learner import LearnerGroupBroken, start_policy
+from actors.level_replay import ReplaySet
 from actors.metrics import MetricsLog
 from actors.rollout_worker import RolloutWorker
 from actors.run_dir import RunDir
@@ -142,6 +143,7 @@ class Trainer:
         global_step: int,
         prompts: int | None = None,
         attempt: int = 0,
+        replay: ReplaySet | None = None,
     ) -> list[ray.ObjectRef]:
         """Start a step's rollouts (draw ``attempt``: 0, or a refill of ``prompts`` instances) unless the buffer
         already holds them (restored from a checkpoint)."""
@@ -153,11 +155,12 @@ class Trainer:
             n=grpo.group_size, temperature=grpo.temperature, top_p=grpo.top_p, max_tokens=grpo.max_tokens
         )
         return [
-            self.workers[w].collect.remote(env, round_index, step, global_step, share, sampling, attempt)
+            self.workers[w].collect.remote(env, round_index, step, global_step, share, sampling, attempt, replay)
             for w, share in shares.items()
         ]
 
-    def _refill(self, env: EnvConfig, round_index: int, step: int, global_step: int, refs: list, summaries: list):
+    def _refill(self, env: EnvConfig, round_index: int, step: int, global_step: int, refs: list, summaries: list,
+                replay: ReplaySet | None = None):  # fmt: skip
         """Dynamic sampling: while the step has fewer groups with signal than ``prompts_per_step``, draw that
         many more instances (at most ``grpo.refill`` times); returns all references and summaries and the
         number of refills."""
@@ -167,17 +170,22 @@ class Trainer:
             missing = grpo.prompts_per_step - sum(s.signal_groups for s in summaries)
             if missing <= 0:
                 break
-            ray.get(self._launch(env, round_index, step, global_step, missing, attempt))
+            ray.get(self._launch(env, round_index, step, global_step, missing, attempt, replay))
             more_refs, more = ray.get(self.buffer.take.remote(global_step, list(self._shares(missing)), attempt))
             refs, summaries, refills = refs + more_refs, summaries + more, attempt
         return refs, summaries, refills
 
     def train_round(
-        self, round_index: int, env: EnvConfig, steps: int | None = None, on_step: Callable[[dict], None] | None = None
+        self,
+        round_index: int,
+        env: EnvConfig,
+        steps: int | None = None,
+        on_step: Callable[[dict], None] | None = None,
+        replay: ReplaySet | None = None,
     ) -> list[dict[str, Any]]:
-        """Run (the rest of) round ``round_index`` on ``env``: ``steps`` (default ``grpo.steps_per_round``)
-        GRPO steps; returns the steps' metric records (also handed to ``on_step`` as each ends).
-        Checkpoints at the end of the round."""
+        """Run (the rest of) round ``round_index`` on ``env`` (with ``replay``'s levels mixed in, if given):
+        ``steps`` (default ``grpo.steps_per_round``) GRPO steps; returns the steps' metric records (also handed
+        to ``on_step`` as each ends). Checkpoints at the end of the round."""
         if self.metrics is None:
             self.resume()
         steps = steps or self.config.grpo.steps_per_round
@@ -192,13 +200,19 @@ class Trainer:
             stages = Stages()
             with stages("wall"):
                 with stages("rollout"):
-                    ray.get(pending if pending is not None else self._launch(env, round_index, step, global_step))
+                    ray.get(
+                        pending
+                        if pending is not None
+                        else self._launch(env, round_index, step, global_step, None, 0, replay)
+                    )
                     workers = list(self._shares(self.config.grpo.prompts_per_step))
                     refs, summaries = ray.get(self.buffer.take.remote(global_step, workers))
-                    refs, summaries, refills = self._refill(env, round_index, step, global_step, refs, summaries)
+                    refs, summaries, refills = self._refill(
+                        env, round_index, step, global_step, refs, summaries, replay
+                    )
                 pending = None
                 if self.config.grpo.overlap and step + 1 < steps:
-                    pending = self._launch(env, round_index, step + 1, global_step + 1)
+                    pending = self._launch(env, round_index, step + 1, global_step + 1, None, 0, replay)
                 with stages("train"):
                     train = self.learners.call("train_grpo", refs, self.config.grpo)
                 with stages("wait_next"):
@@ -289,6 +303,7 @@ def step_record(
         "failures": {c: failures[c] / n for c in FAILURE_CATEGORIES},
         "samples": samples,
         "instances": sum(s.instances for s in summaries),
+        "replayed": sum(s.replayed for s in summaries),  # instances taken from the round's replay set
         "prompt_tokens": sum(s.prompt_tokens for s in summaries),
         "response_tokens": sum(s.response_tokens for s in summaries),
         "tokens_per_s": sum(s.response_tokens for s in summaries) / max(parts["generate"], 1e-9),

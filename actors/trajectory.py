@@ -22,6 +22,8 @@ class TrajectoryBatch:
     # per instance [P]
     instance_ids: list[str] = field(default_factory=list)
     features: list[Key] = field(default_factory=list)  # the failure-table cell (size, agents, holes, wait)
+    levels: list[dict] = field(default_factory=list)  # the instance itself, as data (a replayable level)
+    replayed: list[bool] = field(default_factory=list)  # drawn from the round's replay set (plr-levels)
     # per sample [S]: what was sampled
     group: list[int] = field(default_factory=list)  # index of the sample's instance: its GRPO group
     prompt_ids: list[list[int]] = field(default_factory=list)  # [S][prompt tokens]
@@ -36,6 +38,7 @@ class TrajectoryBatch:
     optimal: list[bool] = field(default_factory=list)
     failure: list[str | None] = field(default_factory=list)  # category, None when valid
     fault_char: list[int | None] = field(default_factory=list)  # where the failure starts (env.locate), or None
+    regret: list[float] = field(default_factory=list)  # distance from the optimum in [0, 1] (env.evaluate.regret)
 
     def __len__(self) -> int:
         return len(self.reward)
@@ -85,10 +88,18 @@ class TrajectoryBatch:
             rewards.setdefault(group, set()).add(reward)
         return sum(len(earned) > 1 for earned in rewards.values())
 
+    def level_scores(self) -> dict[str, tuple[dict, float]]:
+        """Instance id -> (the instance as data, its samples' mean regret): the levels level replay keeps."""
+        regrets: dict[int, list[float]] = {}
+        for group, value in zip(self.group, self.regret):
+            regrets.setdefault(group, []).append(value)
+        return {self.instance_ids[g]: (self.levels[g], sum(values) / len(values)) for g, values in regrets.items()}
+
     def summarize(self, worker: int, skipped: int, times: dict[str, float]) -> RolloutSummary:
         return RolloutSummary(
             worker=worker,
             instances=len(self.instance_ids),
+            replayed=sum(self.replayed),
             skipped=skipped,
             samples=len(self),
             prompt_tokens=sum(map(len, self.prompt_ids)),
@@ -110,6 +121,7 @@ class RolloutSummary:
 
     worker: int
     instances: int
+    replayed: int  # of them, taken from the round's replay set (plr-levels)
     skipped: int  # specs the generator could not turn into a solvable instance
     samples: int
     prompt_tokens: int  # summed over samples (each sample is a prompt + response sequence for the learner)

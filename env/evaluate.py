@@ -63,6 +63,20 @@ class Verdict:
         return asdict(self)
 
 
+def regret(verdict: Verdict, optimal_makespan: int) -> float:
+    """How far a plan is from the optimum, from what the exact solver makes known, in [0, 1]: 0 for an
+    optimal plan; a valid plan 0.5 x its makespan gap over the optimum (at most 0.5); an invalid plan
+    1 - 0.5 x the share of the optimal makespan it got through before its first fault (a plan that cannot be
+    read or names the wrong agents: 1)."""
+    if verdict.valid:
+        gap = (verdict.makespan or 0) - optimal_makespan
+        return 0.5 * min(1.0, max(0, gap) / max(1, optimal_makespan))
+    if verdict.failure_step is None or verdict.failure in ("parse_error", "wrong_agents"):
+        return 1.0
+    progress = min(verdict.failure_step - 1, optimal_makespan) / max(1, optimal_makespan)
+    return 1.0 - 0.5 * max(0.0, progress)
+
+
 def _failure(instance: Instance, category: str, agent: int | None, t: int | None, detail: str) -> Verdict:
     return Verdict(instance.id, False, False, False, None, None, category, agent, t, detail)
 

@@ -206,6 +206,34 @@ def make_instance(spec: InstanceSpec, limits: SolverLimits = GENERATOR_LIMITS) -
     return result
 
 
+def mutate(instance: Instance, rng: random.Random, new_id: str, limits: SolverLimits = GENERATOR_LIMITS,
+           tries: int = 8) -> Instance | None:  # fmt: skip
+    """An ACCEL-style edit of ``instance``: toggle one hole (add one on a free cell, or remove one) or move one
+    goal to a free cell, re-solved so that the mutant is solvable with a known optimum; None if ``tries``
+    edits all fail (unsolvable, or beyond the solver's budget)."""
+    starts = [tuple(c) for c in instance.starts]
+    for _ in range(tries):
+        holes, goals = [tuple(c) for c in instance.holes], [tuple(c) for c in instance.goals]
+        taken = set(starts) | set(goals)
+        free = [c for c in Grid(instance.size, holes).free_cells() if c not in taken]
+        if rng.random() < 0.5:  # toggle a hole
+            if holes and (not free or rng.random() < 0.5):
+                holes.remove(rng.choice(holes))
+            elif free:
+                holes.append(rng.choice(free))
+        elif free:  # move a goal
+            goals[rng.randrange(len(goals))] = rng.choice(free)
+        holes = sorted(holes)
+        if (holes, goals) == (sorted(tuple(c) for c in instance.holes), [tuple(c) for c in instance.goals]):
+            continue
+        try:
+            analysis = analyse(instance.size, holes, starts, goals, limits)
+        except SolverError:
+            continue
+        return analysis.to_instance(new_id, instance.size, holes, starts, goals, instance.seed)
+    return None
+
+
 def instance_specs(config: EnvConfig, id_prefix: str = "train") -> list[InstanceSpec]:
     """The specs of a round's instances, sizes ascending; WAIT instances spread at random within a size."""
     specs = []

@@ -110,13 +110,28 @@ def test_grpo_steps_train_and_update_the_served_policy(warm_model, ray_cluster, 
 
 
 def test_overlapped_rollouts_are_exactly_one_version_behind(warm_model, ray_cluster, tmp_path):
+    """Also: the buffer scores every level trained on, a round can replay them (plr-levels), and
+    ``log_samples`` writes what the policy wrote."""
+    from actors.level_replay import LevelReplayConfig, ReplaySet, choose_levels
+
     model, _ = warm_model
-    config = train_config(model, tmp_path, grpo={"steps_per_round": 3, "overlap": True, "drop_zero_variance": False})
+    grpo = {"steps_per_round": 3, "overlap": True, "drop_zero_variance": False, "log_samples": 1}
+    config = train_config(model, tmp_path, grpo=grpo)
     trainer = Trainer(config, deployment="overlap")
     try:
         records = trainer.train_round(0, config.env)
+        levels = ray.get(trainer.buffer.level_table.remote())
+        replay = ReplaySet(choose_levels(levels, 3, LevelReplayConfig(levels_per_round=2), seed=0), probability=1.0)
+        replayed = trainer.train_round(1, config.env, steps=1, replay=replay)
+        after = {level.instance["id"]: level for level in ray.get(trainer.buffer.level_table.remote())}
     finally:
         trainer.shutdown()
+    assert len(levels) == 3 * config.grpo.prompts_per_step and all(0 <= level.score <= 1 for level in levels)
+    assert [r["replayed"] for r in records] == [0, 0, 0] and replayed[0]["replayed"] == config.grpo.prompts_per_step
+    assert {level.id for level in replay.levels} >= {i for i, level in after.items() if level.last_step == 3}
+    samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert [row["global_step"] for row in samples] == [0, 1, 2, 3] and len(samples[0]["samples"]) == 4
+    assert {"text", "reward", "failure", "tokens"} <= set(samples[0]["samples"][0])
     assert [r["version_lag"] for r in records] == [0, 1, 1]
     for r in records:  # ZeRO-0 fp32: DeepSpeed reports no norm itself; a step without reward signal has none
         assert np.isfinite(r["train"]["grad_norm"])
