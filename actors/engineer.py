@@ -32,6 +32,7 @@ from actors.engineer_baselines import BASELINES
 from actors.engineer_context import PRESETS, ContextConfig, EngineerInputs, render, sections, summary_request
 from actors.engineer_probe import Probe, ProbeConfig, Score, drop_flagged, evidence, run_probe
 from actors.level_replay import LevelReplayConfig, choose_levels
+from env import task
 from env.config import EnvConfig, diff, project, proposal_schema
 from env.generator import derive_seed
 from env.instance import Instance
@@ -269,10 +270,11 @@ class Engineer:
         if settings.probe is not None:  # the probe asks the current policy, whichever backend proposes
             from ray import serve
 
-            from actors.validation import validate
-
             policy = serve.get_deployment_handle(policy_deployment, app_name=policy_deployment)
-            self.score = lambda instances: validate(policy, instances, settings.probe.max_tokens)[1]
+            greedy = serve_chat(policy, settings.probe.max_tokens, temperature=0.0)
+            self.score = lambda instances: task.judge_all(zip(instances, greedy([task.prompt(i) for i in instances])))[
+                0
+            ]
         if self.settings.backend in ("policy", "base"):
             name = policy_deployment if self.settings.backend == "policy" else base_deployment
             self.ask = serve_backend(name, self.settings)
