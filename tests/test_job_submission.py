@@ -50,7 +50,8 @@ def submitted_job(warm_model, tmp_path_factory):
         serve = f"import ray; ray.init(address={address!r}); from serving.deployment import start_serve; "
         serve += f"start_serve('127.0.0.1', {free_port()})"
         subprocess.run([sys.executable, "-c", serve], check=True, capture_output=True, timeout=120)
-        config = merge(job_config(model), {"grpo": {"steps_per_round": 1}, "engineer": {"backend": "fixed"}})
+        fixed = {"backend": "fixed", "probe": None}  # no probe: the decision leaves the config unchanged
+        config = merge(job_config(model), {"grpo": {"steps_per_round": 1}, "engineer": fixed})
         (folder / "run.yaml").write_text(yaml.safe_dump(config | {"label": "submitted", "score_start": False}))
         url = f"http://127.0.0.1:{dashboard}"
         seen: dict[str, set[str]] = {}
