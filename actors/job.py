@@ -203,7 +203,7 @@ def replay_set(run: RunDir, k: int, config: RunConfig, levels: list[Instance] | 
     """Round ``k``'s replay levels (plr-levels): ``levels``, written once as the resume record before the
     round's config, or the ones written before (``levels`` is None only when resuming); None without any."""
     path = run.round(k).levels
-    if levels is not None and not path.exists() and levels:
+    if levels and not path.exists():
         write_instances(levels, path)
     if not path.exists():
         return None

@@ -203,7 +203,7 @@ class Trainer:
                     ray.get(
                         pending
                         if pending is not None
-                        else self._launch(env, round_index, step, global_step, None, 0, replay)
+                        else self._launch(env, round_index, step, global_step, replay=replay)
                     )
                     workers = list(self._shares(self.config.grpo.prompts_per_step))
                     refs, summaries = ray.get(self.buffer.take.remote(global_step, workers))
@@ -212,7 +212,7 @@ class Trainer:
                     )
                 pending = None
                 if self.config.grpo.overlap and step + 1 < steps:
-                    pending = self._launch(env, round_index, step + 1, global_step + 1, None, 0, replay)
+                    pending = self._launch(env, round_index, step + 1, global_step + 1, replay=replay)
                 with stages("train"):
                     train = self.learners.call("train_grpo", refs, self.config.grpo)
                 with stages("wait_next"):
