@@ -122,6 +122,11 @@ def parse_proposal(text: str) -> Any:
     return next((d for d in found if "sizes" in d), found[0] if found else None)
 
 
+def has_sizes(parsed: Any) -> bool:
+    """Whether a parsed answer is a configuration with at least one size (what the engineer can use)."""
+    return isinstance(parsed, dict) and isinstance(parsed.get("sizes"), dict) and bool(parsed["sizes"])
+
+
 def decide(
     settings: EngineerConfig,
     inputs: EngineerInputs,
@@ -153,7 +158,7 @@ def _probe_and_revise(settings: EngineerConfig, inputs: EngineerInputs, ask, sco
             raw = parse_proposal(answer)
         except Exception as error:
             decision.notes.append(f"probe: revision failed: {type(error).__name__}: {_last_line(error)}")
-        if not isinstance(raw, dict) or not isinstance(raw.get("sizes"), dict) or not raw["sizes"]:
+        if not has_sizes(raw):
             decision.notes.append("probe: the revision holds no configuration with sizes")
             raw = None
         else:
@@ -200,7 +205,7 @@ def _propose(settings: EngineerConfig, inputs: EngineerInputs, ask) -> Decision:
             continue
         decision.answers.append(answer)
         parsed = parse_proposal(answer)
-        if not isinstance(parsed, dict) or not isinstance(parsed.get("sizes"), dict) or not parsed["sizes"]:
+        if not has_sizes(parsed):
             problems.append(f"attempt {attempt}: the answer holds no configuration with sizes")
             continue
         decision.parsed = parsed
