@@ -28,18 +28,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 PROMPTS, NEW_TOKENS = 64, 128
 
 
-def matmul_peak_gflops(dtype) -> float:
-    import torch
-
-    a, b = torch.randn(1024, 1024, dtype=dtype), torch.randn(1024, 1024, dtype=dtype)
-    for _ in range(3):
-        a @ b
-    runs, start = 20, time.perf_counter()
-    for _ in range(runs):
-        a @ b
-    return runs * 2 * 1024**3 / (time.perf_counter() - start) / 1e9
-
-
 def chat_prompts(tokenizer) -> list[str]:
     from env.benchmark import VALIDATION
     from env.instance import read_instances
@@ -95,6 +83,7 @@ def compare_generation(models: list[str], dtype: str) -> list[tuple]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from benchmarks.peak import matmul_peak_gflops
     from serving.deployment import deploy, undeploy
     from serving.engine import PolicyEngine
     from serving.model import PRESETS, count_parameters, init_model
@@ -102,7 +91,7 @@ def compare_generation(models: list[str], dtype: str) -> list[tuple]:
     from serving.weights import to_numpy
 
     torch_dtype = getattr(torch, dtype)
-    peak = matmul_peak_gflops(torch_dtype)
+    peak = matmul_peak_gflops(torch_dtype, size=1024, runs=20)
     print(f"matmul peak ({dtype}, {torch.get_num_threads()} threads): {peak:.1f} GFLOP/s")
     sampling = SamplingConfig(temperature=1.0, max_tokens=NEW_TOKENS, ignore_eos=True, seed=0)
     ray.init(address="local", include_dashboard=False)  # a new local cluster, never a stale one

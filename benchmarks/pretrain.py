@@ -27,22 +27,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def bf16_peak_gflops(size: int = 2048, runs: int = 20) -> float:
-    """The best of three timings of a ``size``-cubed bf16 matmul."""
-    import torch
-
-    a, b = torch.randn(size, size, dtype=torch.bfloat16), torch.randn(size, size, dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    best = 0.0
-    for _ in range(3):
-        start = time.perf_counter()
-        for _ in range(runs):
-            a @ b
-        best = max(best, runs * 2 * size**3 / (time.perf_counter() - start) / 1e9)
-    return best
-
-
 def timed_steps(step, batches, warmup: int) -> tuple[float, int]:
     """Seconds and real tokens of ``batches`` after the first ``warmup`` (compile, allocator warm-up)."""
     seconds, tokens = 0.0, 0
@@ -94,7 +78,9 @@ def main() -> int:
     random.Random(0).shuffle(order)
     plain_batches = [order[k * per_batch : (k + 1) * per_batch] for k in range(total)]
 
-    peak = bf16_peak_gflops()
+    from benchmarks.peak import matmul_peak_gflops
+
+    peak = matmul_peak_gflops()
     print(f"bf16 matmul peak ({torch.get_num_threads()} threads): {peak:,.0f} GFLOP/s")
     print(f"{len(train)} demonstrations, mean {sum(lengths) / len(lengths):.0f} tokens; {per_batch} examples a batch")
 

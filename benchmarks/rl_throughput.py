@@ -126,9 +126,9 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="both sides (bf16: mixed)")
     parser.add_argument("--model", help="a model folder (e.g. models/base-v1) instead of the presets")
     args = parser.parse_args()
-    from benchmarks.pretrain import bf16_peak_gflops
+    from benchmarks.peak import matmul_peak_gflops
 
-    peak = bf16_peak_gflops()
+    peak = matmul_peak_gflops()
     print(f"bf16 matmul peak: {peak:,.0f} GFLOP/s")
     results = {}
     for preset in [args.model] if args.model else args.presets:
