@@ -1,9 +1,9 @@
 """Shipping a policy: its scores on the shipped suites, measured through the deployment, and its card.
 
-``envengineer model ship --run RUN --out models/NAME`` exports a pretraining run's model (or takes a model
-folder), scores it greedily through a Serve deployment (the benchmark at ``per_cell`` instances per
-(agents, size, wait) cell, the 2-agent validation split, and a small smoke slice that the tests replay),
-and writes ``scores.json`` and ``MODEL_CARD.md`` beside the weights.
+``envengineer model ship --run RUN --out models/NAME`` exports a pretraining run's model (``--rl-run``: an RL
+run's last checkpoint; ``--model``: any model folder), scores it greedily through a Serve deployment (the
+benchmark at ``per_cell`` instances per (agents, size, wait) cell, the 2-agent validation split, and a small
+smoke slice that the tests replay), and writes ``scores.json`` and ``MODEL_CARD.md`` beside the weights.
 """
 
 from __future__ import annotations
@@ -59,9 +59,17 @@ def markdown_table(scores: dict) -> str:
     return "\n".join(lines)
 
 
-def write_card(model: Path, scores: dict, run: Path | None, rebuild: str, name: str, step: int | None = None) -> Path:
+def write_card(
+    model: Path,
+    scores: dict,
+    run: Path | None,
+    rebuild: str,
+    name: str,
+    step: int | None = None,
+    rl_run: Path | None = None,
+) -> Path:
     """``MODEL_CARD.md`` of the model folder ``model`` from its ``scores`` and the pretraining ``run`` (up to
-    its checkpoint ``step``, default the end)."""
+    its checkpoint ``step``, default the end), or the RL run ``rl_run`` that trained it from a base."""
     import yaml
 
     spec = json.loads((model / "envengineer_model.json").read_text())
@@ -139,6 +147,8 @@ def write_card(model: Path, scores: dict, run: Path | None, rebuild: str, name: 
             by = " | ".join(f"{100 * v:.0f}%" for v in h["valid_by_agents"].values())
             lines.append(f"| {h['step']} | {100 * h['valid']:.1f}% | {100 * h['optimal']:.1f}% | {by} |")
         lines.append("")
+    if rl_run is not None:
+        lines += rl_section(rl_run)
     bench, validation, smoke = scores["benchmark"], scores["validation_2_agents"], scores["smoke"]
     lines += [
         "## Scores (greedy, through the Serve deployment; acc./opt. in %, Sum = mean over sizes)",
@@ -159,6 +169,37 @@ def write_card(model: Path, scores: dict, run: Path | None, rebuild: str, name: 
     path = model / "MODEL_CARD.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def rl_section(rl_run: Path) -> list[str]:
+    """The card's account of an RL run (``envengineer run`` / a sweep trial): base, recipe, validation per round."""
+    import yaml
+
+    from actors.run_dir import RunDir, read_json
+
+    folder = RunDir(rl_run)
+    config = yaml.safe_load(folder.run_config.read_text())
+    grpo, env = config["grpo"], config.get("env") or {}
+    steps = [m for m in read_metrics(folder.metrics) if "train" in m]
+    rates = [read_json(r.validation)["summary"]["valid_rate"] for r in folder.rounds(validated=True)]
+    sizes = sorted(int(size) for size in env.get("sizes", {})) or "a random legal configuration"
+    lines = [
+        "## RL run",
+        "",
+        f"GRPO from `{config['model']}` (the run's whole config: `rl_config.yaml`): {config['rounds']} rounds x "
+        f"{grpo['steps_per_round']} steps of {grpo['prompts_per_step']} instances x {grpo['group_size']} samples "
+        f"({len(steps)} steps run), learning rate {grpo['learning_rate']:g}, `credit: {grpo['credit']}`, "
+        f"up to {grpo['refill']} refills a step, temperature {grpo['temperature']:g}, KL {grpo['kl_coef']:g}; "
+        f"engineer `{config['engineer']['backend']}`; round 0 on {env.get('num_agents', config['train_agents'])}-agent "
+        f"boards of sizes {sizes}; seed {config['seed']}.",
+        "",
+    ]
+    if rates:
+        lines += [
+            "Greedy 2-agent validation rate after each round: " + " -> ".join(f"{100 * r:.1f}%" for r in rates) + ".",
+            "",
+        ]
+    return lines
 
 
 def _parameters(model: Path) -> int:
@@ -182,9 +223,13 @@ def ship(
     per_cell: int = 10,
     rebuild: str = "",
     log=print,
+    rl_run: str | Path | None = None,
 ) -> dict:
     """Export ``run`` (at ``step``, default its final model) or copy ``model`` into ``out``, score it through
     a Serve deployment (needs Ray) and write ``scores.json``, ``MODEL_CARD.md`` and the run's curves."""
+    import yaml
+
+    from actors.checkpoint import latest
     from actors.pretrain import export_checkpoint
     from actors.validation import serve_answerer
     from serving.deployment import deploy, undeploy
@@ -204,6 +249,12 @@ def ship(
         shutil.copy(run / "config.yaml", out / "pretrain_config.yaml")
     elif model is not None and Path(model).resolve() != out.resolve():
         shutil.copytree(model, out, dirs_exist_ok=True)
+    elif rl_run is not None:
+        rl_run = Path(rl_run)
+        shutil.copytree(latest(rl_run) / "model", out, dirs_exist_ok=True)
+        shutil.copy(rl_run / "run_config.yaml", out / "rl_config.yaml")
+        base = Path(yaml.safe_load((rl_run / "run_config.yaml").read_text())["model"])
+        shutil.copy(base / "envengineer_model.json", out / "envengineer_model.json")  # the architecture is the base's
     name = f"ship-{out.name}"
     policy = deploy(ServingConfig(model=str(out.resolve()), max_model_len=4096, dtype="auto"), name, f"/{name}", False)
     try:
@@ -212,7 +263,13 @@ def ship(
         undeploy(name)
     (out / "scores.json").write_text(json.dumps(scores, indent=1))
     if not rebuild:
-        source = f"--run {run}" + (f" --step {step}" if step is not None else "") if run else f"--model {model}"
+        source = (
+            f"--run {run}" + (f" --step {step}" if step is not None else "")
+            if run
+            else f"--rl-run {rl_run}"
+            if rl_run
+            else f"--model {model}"
+        )
         rebuild = f"envengineer model ship {source} --out {out} --per-cell {per_cell}"
-    write_card(out, scores, run, rebuild, out.name, step)
+    write_card(out, scores, run, rebuild, out.name, step, rl_run)
     return scores

@@ -123,16 +123,19 @@ def model_ship(
     ] = None,
     per_cell: Annotated[int, typer.Option(help="Benchmark instances per (agents, size, wait) cell.")] = 10,
     rebuild: Annotated[str, typer.Option(help="The command that rebuilds the model, for the card.")] = "",
+    rl_run: Annotated[
+        Path | None, typer.Option(help="Or: an RL run folder (envengineer run, a sweep trial): its last checkpoint.")
+    ] = None,
 ) -> None:
     """Score a model greedily through a Serve deployment on the shipped suites and write its scores.json
     and MODEL_CARD.md (data, recipe, budget, per-size tables, sha256). Starts a local Ray unless RAY_ADDRESS."""
     from actors.model_card import ship
     from cli.training import connect_ray
 
-    if (run is None) == (model is None):
-        raise typer.BadParameter("give exactly one of --run and --model")
+    if sum(source is not None for source in (run, model, rl_run)) != 1:
+        raise typer.BadParameter("give exactly one of --run, --model and --rl-run")
     connect_ray(1)
-    scores = ship(out, run, model, step, per_cell, rebuild, log=console.print)
+    scores = ship(out, run, model, step, per_cell, rebuild, log=console.print, rl_run=rl_run)
     from actors.model_card import markdown_table
 
     print(markdown_table(scores["benchmark"]))

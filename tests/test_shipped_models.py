@@ -13,7 +13,19 @@ MODELS = sorted(p for p in (Path(__file__).resolve().parents[1] / "models").iter
 
 
 def test_models_are_shipped():
-    assert {p.name for p in MODELS} >= {"base-v1", "tiny-test"}
+    assert {p.name for p in MODELS} >= {"base-v1", "base-v1-grpo", "tiny-test"}
+
+
+def test_the_rl_model_names_its_base_and_run_config():
+    import yaml
+
+    from actors.settings import RunConfig
+
+    folder = next(p for p in MODELS if p.name == "base-v1-grpo")
+    config = RunConfig.model_validate(yaml.safe_load((folder / "rl_config.yaml").read_text()))
+    assert config.model == "models/base-v1" and config.grpo.credit in ("sequence", "located")
+    card = (folder / "MODEL_CARD.md").read_text()
+    assert "## RL run" in card and "envengineer tune configs/" in card
 
 
 @pytest.mark.parametrize("folder", MODELS, ids=lambda p: p.name)
