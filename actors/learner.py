@@ -236,10 +236,15 @@ class Learner:
                 new_logprobs, batch, settings.clip_low, settings.clip_high, reference, settings.kl_coef
             )
 
-        totals = self._accumulate(rows, data, loss_fn, advantages)
+        totals: dict[str, float] = {}
+        for _ in range(settings.updates_per_batch):  # the behaviour logprobs stay those of the sampling policy
+            update = self._accumulate(rows, data, loss_fn, advantages)
+            totals = {key: totals.get(key, 0.0) + value for key, value in update.items()}
+        totals["grad_norm"] = update["grad_norm"]  # of the last update; the other totals are over all updates
         n = max(totals["tokens"], 1)
         return info | {
             "skipped": False,
+            "updates": settings.updates_per_batch,
             "loss": totals["loss_sum"] / n,
             "clip_fraction": totals["clipped_tokens"] / n,
             "ratio_mean": totals["ratio_sum"] / n,
@@ -248,8 +253,8 @@ class Learner:
             "entropy": totals["entropy_sum"] / n,  # mean over the trained response tokens
             "signal_share": info["signal_groups"] / max(info["groups"], 1),
             "grad_norm": totals["grad_norm"],
-            "train_tokens": totals["tokens"],
-            "train_sequences": totals["sequences"],
+            "train_tokens": update["tokens"],
+            "train_sequences": update["sequences"],
         }
 
     def _located(self, data: TrajectoryBatch, advantages: list[float]) -> list[float | list[float]]:

@@ -116,6 +116,7 @@ def main() -> None:
     parser.add_argument("--prompt-tokens", type=int, default=500)
     parser.add_argument("--response-tokens", type=int, default=1500)
     parser.add_argument("--micro-batch", type=int, default=2, help="sequences per forward/backward")
+    parser.add_argument("--updates-per-batch", type=int, default=1, help="optimizer steps on each batch")
     parser.add_argument("--zero-stage", type=int, default=0)
     parser.add_argument("--threads", type=int, default=8, help="torch threads when on CPU")
     args = parser.parse_args()
@@ -154,7 +155,12 @@ def main() -> None:
         report["memory_after_setup_gib"] = torch.cuda.max_memory_allocated() / 2**30
     save()
 
-    settings = GRPOConfig(prompts_per_step=args.prompts, group_size=args.group, micro_batch_size=args.micro_batch)
+    settings = GRPOConfig(
+        prompts_per_step=args.prompts,
+        group_size=args.group,
+        micro_batch_size=args.micro_batch,
+        updates_per_batch=args.updates_per_batch,
+    )
     vocab = SHAPES[args.shape]["vocab_size"]
     report["steps"] = []
     for step in range(args.steps):
@@ -168,7 +174,8 @@ def main() -> None:
         seconds = time.perf_counter() - started
         tokens = args.prompts * args.group * (args.prompt_tokens + args.response_tokens)
         report["steps"].append(
-            {"seconds": seconds, "tokens": tokens, "loss": stats.get("loss"), "grad_norm": stats.get("grad_norm")}
+            {"seconds": seconds, "tokens": tokens}
+            | {key: stats.get(key) for key in ("loss", "grad_norm", "updates", "train_tokens", "ratio_mean")}
         )
         if cuda:
             report["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
