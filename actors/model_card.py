@@ -225,8 +225,9 @@ def ship(
     log=print,
     rl_run: str | Path | None = None,
 ) -> dict:
-    """Export ``run`` (at ``step``, default its final model) or copy ``model`` into ``out``, score it through
-    a Serve deployment (needs Ray) and write ``scores.json``, ``MODEL_CARD.md`` and the run's curves."""
+    """Export ``run`` (at ``step``, default its final model), or the last checkpoint of the RL run ``rl_run``,
+    or copy ``model`` into ``out``; score it through a Serve deployment (needs Ray) and write ``scores.json``,
+    ``MODEL_CARD.md`` and the run's curves."""
     import yaml
 
     from actors.checkpoint import latest
@@ -251,7 +252,10 @@ def ship(
         shutil.copytree(model, out, dirs_exist_ok=True)
     elif rl_run is not None:
         rl_run = Path(rl_run)
-        shutil.copytree(latest(rl_run) / "model", out, dirs_exist_ok=True)
+        checkpoint = latest(rl_run)
+        if checkpoint is None:
+            raise FileNotFoundError(f"{rl_run} holds no checkpoint to ship")
+        shutil.copytree(checkpoint / "model", out, dirs_exist_ok=True)
         shutil.copy(rl_run / "run_config.yaml", out / "rl_config.yaml")
         base = Path(yaml.safe_load((rl_run / "run_config.yaml").read_text())["model"])
         shutil.copy(base / "envengineer_model.json", out / "envengineer_model.json")  # the architecture is the base's
@@ -263,13 +267,10 @@ def ship(
         undeploy(name)
     (out / "scores.json").write_text(json.dumps(scores, indent=1))
     if not rebuild:
-        source = (
-            f"--run {run}" + (f" --step {step}" if step is not None else "")
-            if run
-            else f"--rl-run {rl_run}"
-            if rl_run
-            else f"--model {model}"
-        )
+        if run:
+            source = f"--run {run}" + (f" --step {step}" if step is not None else "")
+        else:
+            source = f"--rl-run {rl_run}" if rl_run else f"--model {model}"
         rebuild = f"envengineer model ship {source} --out {out} --per-cell {per_cell}"
     write_card(out, scores, run, rebuild, out.name, step, rl_run)
     return scores

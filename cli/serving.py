@@ -135,7 +135,10 @@ def model_ship(
     if sum(source is not None for source in (run, model, rl_run)) != 1:
         raise typer.BadParameter("give exactly one of --run, --model and --rl-run")
     connect_ray(1)
-    scores = ship(out, run, model, step, per_cell, rebuild, log=console.print, rl_run=rl_run)
+    try:
+        scores = ship(out, run, model, step, per_cell, rebuild, log=console.print, rl_run=rl_run)
+    except FileNotFoundError as error:
+        raise fail(str(error)) from None
     from actors.model_card import markdown_table
 
     print(markdown_table(scores["benchmark"]))
