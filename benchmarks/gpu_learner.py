@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import socket
 import sys
 import time
 import types
@@ -100,12 +99,6 @@ def synthetic_batch(prompts: int, group: int, prompt_tokens: int, response_token
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="folder for the model and gpu_learner.json")
@@ -149,7 +142,7 @@ def main() -> None:
     learner = Learner(rank=0, world_size=1, model=str(out / "model"), settings=deepspeed, learning_rate=1e-6,
                       seed=0, warmup=0)  # fmt: skip
     started = time.perf_counter()
-    report["setup"] = learner.setup("127.0.0.1", free_port(), args.micro_batch, args.threads, reference=False)
+    report["setup"] = learner.setup(*learner.rendezvous(), args.micro_batch, args.threads, reference=False)
     report["setup_s"] = time.perf_counter() - started
     if cuda:
         report["memory_after_setup_gib"] = torch.cuda.max_memory_allocated() / 2**30
