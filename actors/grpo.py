@@ -6,6 +6,12 @@ reward carry no signal and may be dropped. The loss is the token-level clipped s
 response token of the whole batch weighs the same) against the behaviour logprobs the samples were
 drawn with, plus an optional k3 KL to a reference model.
 
+Negative weight (``grpo.negative_weight``, 1 = GRPO): negative advantages are multiplied by it after the
+group normalisation. Pushing failed samples down spreads their probability over the other tokens (the
+policy's entropy rises); pulling valid ones up sharpens it towards them, which is what greedy decoding
+reads (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning": positive
+samples lift pass@1, negative ones keep pass@k). Below 1 the step leans on its valid samples.
+
 Credit (``grpo.credit``): with ``sequence`` every token of a sample gets its advantage. With ``located``,
 a failing sample whose advantage is negative and whose verdict names a place (``env.locate.fault_offset``:
 the failing agent's first faulty move, in the think block's path or the answer line, whichever comes
@@ -31,6 +37,12 @@ def group_advantages(rewards: np.ndarray, groups: np.ndarray, scale_by_std: bool
         centred = rewards[members] - rewards[members].mean()
         advantages[members] = centred / (rewards[members].std() + eps) if scale_by_std else centred
     return advantages
+
+
+def weigh_negatives(advantages: np.ndarray, negative_weight: float) -> np.ndarray:
+    """Negative advantages times ``negative_weight`` (positive ones unchanged)."""
+    advantages = np.asarray(advantages, dtype=np.float64)
+    return np.where(advantages < 0, advantages * negative_weight, advantages)
 
 
 def informative_groups(rewards: np.ndarray, groups: np.ndarray) -> np.ndarray:

@@ -30,6 +30,7 @@ from actors.grpo import (
     sft_loss_sum,
     token_ends,
     token_logprobs,
+    weigh_negatives,
 )
 from actors.settings import DeepSpeedConfig, GRPOConfig, LoraConfig
 from actors.trajectory import SFTBatch, TrajectoryBatch
@@ -214,7 +215,8 @@ class Learner:
 
         data = TrajectoryBatch.merge(ray.get(batches))
         rewards, groups = np.asarray(data.reward), np.asarray(data.group)
-        advantages = group_advantages(rewards, groups, settings.scale_by_std).tolist()
+        advantages = group_advantages(rewards, groups, settings.scale_by_std)
+        advantages = weigh_negatives(advantages, settings.negative_weight).tolist()
         if settings.credit == "located":
             advantages = self._located(data, advantages)
         signal = informative_groups(rewards, groups)  # groups whose samples' rewards differ

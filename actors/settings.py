@@ -69,6 +69,12 @@ class GRPOConfig(_Config):
         "sequence",
         description="located: a failing sample's negative advantage only from its first faulty move on (actors.grpo)",
     )
+    negative_weight: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="scale of negative advantages (1 = GRPO; < 1 leans on the valid samples: sharper, greedier)",
+    )
     refill: int = Field(
         0, ge=0, description="dynamic sampling: up to this many extra draws per step to replace groups without signal"
     )

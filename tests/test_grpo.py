@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from actors import checkpoint
-from actors.grpo import clipped_surrogate, collate, group_advantages, informative_groups, token_logprobs
+from actors.grpo import (
+    clipped_surrogate,
+    collate,
+    group_advantages,
+    informative_groups,
+    token_logprobs,
+    weigh_negatives,
+)
 from actors.metrics import MetricsLog, read_metrics
 from actors.settings import TrainConfig, load_train_config
 from actors.trajectory import TrajectoryBatch
@@ -16,6 +23,13 @@ from env.config import ConfigError, default_config
 from env.evaluate import evaluate
 from env.generator import sample_specs
 from env.stats import FailureTable
+
+
+def test_negative_weight_scales_only_the_negative_advantages():
+    advantages = np.array([1.5, -0.5, -1.0, 0.0])
+    assert list(weigh_negatives(advantages, 0.25)) == [1.5, -0.125, -0.25, 0.0]
+    assert list(weigh_negatives(advantages, 1.0)) == list(advantages)
+    assert list(weigh_negatives(advantages, 0.0)) == [1.5, 0.0, 0.0, 0.0]
 
 
 def test_group_advantages_are_centred_per_group_and_optionally_scaled():
