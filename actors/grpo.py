@@ -104,6 +104,12 @@ def collate(
     return MicroBatch(input_ids, attention, target_index, response_ids, mask, old, adv)
 
 
+def by_length(rows, lengths: dict[int, int]) -> list[int]:
+    """``rows`` longest sequence first (ties in row order), so consecutive micro-batches hold sequences of
+    about one length and little padding is computed (the loss is a token sum: order does not change it)."""
+    return sorted((int(row) for row in rows), key=lambda row: -lengths[row])
+
+
 def token_logprobs(model, batch: MicroBatch, entropy: bool = False):
     """Log-probabilities [B, R] the model gives each response token (raw logits, no temperature); with
     ``entropy``, also the entropy [B, R] of the model's distribution at each response position."""

@@ -22,6 +22,7 @@ import numpy as np
 import ray
 
 from actors.grpo import (
+    by_length,
     clipped_surrogate,
     collate,
     group_advantages,
@@ -150,19 +151,21 @@ class Learner:
         loss_fn,
         advantages: list[float | list[float]] | None = None,
     ) -> dict[str, float]:
-        """Forward/backward this rank's share of ``rows`` of ``data`` in micro-batches, then one optimizer
-        step. GRPO passes the rows' ``advantages`` (and uses the batch's behaviour logprobs); SFT passes none.
+        """Forward/backward this rank's share of ``rows`` of ``data`` in micro-batches of similar lengths,
+        then one optimizer step. GRPO passes the rows' ``advantages`` (and uses the batch's behaviour
+        logprobs); SFT passes none.
         ``loss_fn(new_logprobs, micro_batch) -> (loss sum, stats)``; totals are summed over ranks."""
         import torch
         import torch.distributed as dist
 
         grpo = isinstance(data, TrajectoryBatch)
         tokens = sum(len(data.response_ids[i]) for i in rows)
-        shard = rows[self.rank :: self.world_size]
+        lengths = {i: len(data.prompt_ids[i]) + len(data.response_ids[i]) for i in rows}
+        shard = by_length(rows[self.rank :: self.world_size], lengths)
         micro_batches = max(1, math.ceil(math.ceil(len(rows) / self.world_size) / self.micro_batch_size))
         totals: dict[str, float] = {"loss_sum": 0.0}
         for m in range(micro_batches):
-            chosen = list(shard[m * self.micro_batch_size : (m + 1) * self.micro_batch_size])
+            chosen = shard[m * self.micro_batch_size : (m + 1) * self.micro_batch_size]
             weights = [1.0] * len(chosen)
             if not chosen:  # keep in step with the other ranks' all-reduce
                 chosen, weights = [rows[0]], [0.0]

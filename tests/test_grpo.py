@@ -9,6 +9,7 @@ import torch
 
 from actors import checkpoint
 from actors.grpo import (
+    by_length,
     clipped_surrogate,
     collate,
     group_advantages,
@@ -30,6 +31,13 @@ def test_negative_weight_scales_only_the_negative_advantages():
     assert list(weigh_negatives(advantages, 0.25)) == [1.5, -0.125, -0.25, 0.0]
     assert list(weigh_negatives(advantages, 1.0)) == list(advantages)
     assert list(weigh_negatives(advantages, 0.0)) == [1.5, 0.0, 0.0, 0.0]
+
+
+def test_rows_are_ordered_longest_first_so_micro_batches_pad_little():
+    lengths = {0: 150, 1: 257, 2: 152, 3: 250, 4: 150}
+    assert by_length(np.array([0, 1, 2, 3, 4]), lengths) == [1, 3, 2, 0, 4]
+    padded = sum(max(lengths[r] for r in chunk) * len(chunk) for chunk in ([1, 3], [2, 0], [4]))
+    assert padded == 257 * 2 + 152 * 2 + 150
 
 
 def test_group_advantages_are_centred_per_group_and_optionally_scaled():
