@@ -10,7 +10,8 @@ Negative weight (``grpo.negative_weight``, 1 = GRPO): negative advantages are mu
 group normalisation. Pushing failed samples down spreads their probability over the other tokens (the
 policy's entropy rises); pulling valid ones up sharpens it towards them, which is what greedy decoding
 reads (Zhu et al. 2025, "The Surprising Effectiveness of Negative Reinforcement in LLM Reasoning": positive
-samples lift pass@1, negative ones keep pass@k). Below 1 the step leans on its valid samples.
+samples lift pass@1, negative ones keep pass@k). Below 1 the step leans on its valid samples. On the
+shipped base it did not stop the entropy's rise nor lift the benchmark (docs/results.md).
 
 Credit (``grpo.credit``): with ``sequence`` every token of a sample gets its advantage. With ``located``,
 a failing sample whose advantage is negative and whose verdict names a place (``env.locate.fault_offset``:

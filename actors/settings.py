@@ -73,7 +73,7 @@ class GRPOConfig(_Config):
         1.0,
         ge=0.0,
         le=1.0,
-        description="scale of negative advantages (1 = GRPO; < 1 leans on the valid samples: sharper, greedier)",
+        description="scale of negative advantages (1 = GRPO; < 1 leans on the valid samples)",
     )
     refill: int = Field(
         0, ge=0, description="dynamic sampling: up to this many extra draws per step to replace groups without signal"
