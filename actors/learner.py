@@ -114,6 +114,8 @@ class Learner:
         trainable = [p for p in model.parameters() if p.requires_grad]
         config = deepspeed_config(self.settings, self.learning_rate, micro_batch_size, self.warmup_steps)
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
+        if self.settings.compile:
+            self.engine.compile(compile_kwargs={"dynamic": True})
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.micro_batch_size = micro_batch_size

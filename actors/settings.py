@@ -99,6 +99,9 @@ class DeepSpeedConfig(_Config):
     weight_decay: float = Field(0.0, ge=0.0)
     torch_adam: bool = Field(True, description="torch's AdamW instead of a compiled DeepSpeed Adam op")
     shm_comm: bool = Field(False, description="build DeepSpeed's CPU shared-memory all-reduce (~1 min compile)")
+    compile: bool = Field(
+        False, description="torch.compile the learner's model (engine.compile, dynamic shapes): slower first step"
+    )
 
 
 class ResourceConfig(_Config):

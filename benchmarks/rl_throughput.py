@@ -14,7 +14,7 @@ our step's model FLOPs utilisation: (2 x parameters x generated tokens + 6 x par
 per second of the step over the bf16 matmul peak measured in the same run (benchmarks/pretrain.py).
 
     python benchmarks/rl_throughput.py [--presets tiny 50m] [--steps 4] [--overlap]
-    python benchmarks/rl_throughput.py --model models/base-v1 --precision bf16    # the shipped base
+    python benchmarks/rl_throughput.py --model models/base-v1 --precision bf16 [--compile]   # the shipped base
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def environment():
     return small_maps(100)
 
 
-def ours(model: str, run_dir: str, shape: dict, steps: int, overlap: bool, threads: int, precision: str) -> dict:
+def ours(
+    model: str, run_dir: str, shape: dict, steps: int, overlap: bool, threads: int, precision: str, compile: bool
+) -> dict:
     import ray
 
     from actors.settings import TrainConfig
@@ -54,7 +56,7 @@ def ours(model: str, run_dir: str, shape: dict, steps: int, overlap: bool, threa
         model=model,
         env=environment(),
         serving={"max_model_len": 1024, "dtype": "bfloat16" if precision == "bf16" else "float32"},
-        deepspeed={"precision": precision},
+        deepspeed={"precision": precision, "compile": compile},
         grpo=shape
         | {"steps_per_round": steps + 1, "learning_rate": 1e-6, "drop_zero_variance": False, "overlap": overlap}
         | {"micro_batch_size": shape["prompts_per_step"] * shape["group_size"] // 2},
@@ -125,6 +127,7 @@ def main() -> None:
     parser.add_argument("--overlap", action="store_true", help="ours: generate step t+1 while training step t")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="both sides (bf16: mixed)")
     parser.add_argument("--model", help="a model folder (e.g. models/base-v1) instead of the presets")
+    parser.add_argument("--compile", action="store_true", help="ours: torch.compile the learner's model")
     args = parser.parse_args()
     from benchmarks.peak import matmul_peak_gflops
 
@@ -135,7 +138,8 @@ def main() -> None:
         shape = SETTINGS["model" if args.model else preset]
         with tempfile.TemporaryDirectory() as folder:
             model = args.model or str(init_model(Path(folder) / preset, PRESETS[preset]))
-            mine = ours(model, str(Path(folder) / "run"), shape, args.steps, args.overlap, args.threads, args.precision)
+            run = str(Path(folder) / "run")
+            mine = ours(model, run, shape, args.steps, args.overlap, args.threads, args.precision, args.compile)
             peer = trl(model, shape, args.steps, args.threads, args.precision)
         parameters = count_parameters(model)
         flops = 2 * parameters * mine["generated_tokens_per_step"] + 6 * parameters * mine["trained_tokens_per_step"]
