@@ -109,6 +109,24 @@ def test_grpo_steps_train_and_update_the_served_policy(warm_model, ray_cluster, 
         trainer.shutdown()
 
 
+def test_a_compiled_learner_trains_on_policy_and_serves_its_weights(warm_model, ray_cluster, tmp_path):
+    """``deepspeed.compile``: the learner's torch.compiled model (dynamic shapes: every micro-batch has its own
+    length) gives the behaviour logprobs vLLM sampled with, trains, and what it publishes is what is served."""
+    model, _ = warm_model
+    config = train_config(model, tmp_path, {"steps_per_round": 2}, deepspeed={"compile": True})
+    trainer = Trainer(config, deployment="grpo-compiled")
+    try:
+        initial = trainer.learners.call("weights")
+        trained = [r for r in trainer.train_round(0, config.env) if not r["train"]["skipped"]]
+        assert trained, "every step was skipped (no reward variance in any group)"
+        assert all(r["train"]["logprob_gap"] < 1e-3 and np.isfinite(r["train"]["loss"]) for r in trained)
+        final = trainer.learners.call("weights")
+        assert any(not np.array_equal(initial[name], final[name]) for name in initial)
+        assert_serves(trainer, model, final)
+    finally:
+        trainer.shutdown()
+
+
 def test_overlapped_rollouts_are_exactly_one_version_behind(warm_model, ray_cluster, tmp_path):
     """Also: the buffer scores every level trained on, a round can replay them (plr-levels), and
     ``log_samples`` writes what the policy wrote."""
