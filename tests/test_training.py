@@ -113,7 +113,7 @@ def test_a_compiled_learner_trains_on_policy_and_serves_its_weights(warm_model, 
     """``deepspeed.compile``: the learner's torch.compiled model (dynamic shapes: every micro-batch has its own
     length) gives the behaviour logprobs vLLM sampled with, trains, and what it publishes is what is served."""
     model, _ = warm_model
-    config = train_config(model, tmp_path, {"steps_per_round": 2}, deepspeed={"compile": True})
+    config = train_config(model, tmp_path, deepspeed={"compile": True})
     trainer = Trainer(config, deployment="grpo-compiled")
     try:
         initial = trainer.learners.call("weights")
