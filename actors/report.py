@@ -71,8 +71,10 @@ def plot_config_evolution(panels: dict[str, list[RunDir]], path: Path) -> None:
         bottom_axis.set(xlabel="round", xticks=rounds, ylim=(0, 1))
     axes[0][0].set_ylabel("data ratio by map size")
     axes[1][0].set_ylabel("data-weighted ratio")
-    axes[0][-1].legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
-    axes[1][-1].legend(fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    for row in axes:  # the legend of the first panel (a later one may have no rounds yet), beside the last
+        row[-1].legend(
+            *row[0].get_legend_handles_labels(), fontsize="x-small", loc="center left", bbox_to_anchor=(1.0, 0.5)
+        )
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)

@@ -153,7 +153,9 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     for variant, accs in (("fixed", (0.1, 0.3)), ("plr", (0.5, 0.5))):
         for seed, acc in enumerate(accs):
             fake_trial(tmp_path / "runs" / trial_name(variant, seed), {3: 0.5, 4: 0.5}, [0.1, 0.2], acc)
-    decision = {"changes": ["sizes.3.data_ratio: 0.5 -> 0.75"], "fallback": None, "notes": []}
+    probes = [{"flagged": {"9": "all fail"}}, {"flagged": {}}]  # the proposal's probe, then the revision's
+    notes = ["probe: revised by the engineer"]
+    decision = {"changes": ["sizes.3.data_ratio: 0.5 -> 0.75"], "fallback": None, "notes": notes, "probes": probes}
     sizes = {
         "3": {"data_ratio": 0.75, "hole_ratio": 0.2, "wait_ratio": 0.4},
         "9": {"data_ratio": 0.25, "hole_ratio": 0.6, "wait_ratio": 0.0},
@@ -163,6 +165,7 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
         json.dumps(decision | {"config": {"sizes": sizes}})
     )
     steps = [{"round": k, "valid_rate": v} for k, v in ((0, 0.1), (0, 0.3), (1, 0.5))]  # the rollouts' rates
+    steps[0]["train"] = {"signal_share": 0.25}
     (tmp_path / "runs" / "plr-s0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
     start = tmp_path / "shared" / "start"  # the starting policy, scored once by the sweep
     fake_trial(start, {3: 1.0}, [], 0.04)
@@ -175,7 +178,9 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     assert "| 50.0/25.0 |" in text and "| 50.0±0.0/25.0±0.0 |" in text
     assert (tmp_path / "summary_configs.png").stat().st_size > 0
     assert "| fixed | 2/2 |" in text
-    assert "| plr | 1 | 1 | 0 | 0 | 0.75 | 0.30 | 0.30 | 2.0 |" in text  # the engineer's decisions
+    assert "| plr | 1 | 1 | 0 | 0 | 0.75 | 0.30 | 0.30 | 2.0 | 1 of 1 / 1 / 1 |" in text  # the engineer's decisions
+    assert "| fixed | 0 | 3x3:50% 4x4:50%, holes 0.10, WAIT 0.20 | 3x3:50% 4x4:50%, holes 0.10, WAIT 0.20 |" in text
+    assert "| groups with signal r0 |" in text and "| 25.0 |" in text
     assert "rollouts r0 valid | rollouts r1 valid |" in text and "| 20.0 | 50.0 |" in text  # plr-s0's only
     summary_main([str(tmp_path / "sweep.yaml"), str(tmp_path), "--variants", "plr", "--name", "part"])
     part = (tmp_path / "part.md").read_text()

@@ -19,6 +19,7 @@ from typing import Any
 from actors.metrics import read_metrics
 from actors.report import config_profile, plot_config_evolution
 from actors.run_dir import RunDir, read_json
+from env.config import load_config
 from tune.spec import Sweep, shared_start, trial_dir
 
 START = "before RL"  # the row of the shared starting policy (``shared/start``, see actors.job.score_start)
@@ -52,7 +53,11 @@ def trial_row(run: RunDir, variant: str, seed: int) -> dict[str, Any]:
         row |= _validation(r.validation, r.index)
     steps = read_metrics(run.metrics) if run.metrics.exists() else []
     for k in sorted({step["round"] for step in steps}):  # the rollouts' valid rate: the training signal
-        row[f"rollout_valid_r{k}"] = statistics.mean(step["valid_rate"] for step in steps if step["round"] == k)
+        mine = [step for step in steps if step["round"] == k]
+        row[f"rollout_valid_r{k}"] = statistics.mean(step["valid_rate"] for step in mine)
+        signal = [step["train"]["signal_share"] for step in mine if "signal_share" in step.get("train", {})]
+        if signal:  # the share of drawn groups whose samples' rewards differ: the learning band
+            row[f"rollout_signal_r{k}"] = statistics.mean(signal)
     return row | _benchmark(run)
 
 
@@ -104,7 +109,9 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     variants = list(dict.fromkeys(row["variant"] for row in rows))
     head = ["variant", "seeds done"] + [f"{a} agents acc Sum" for a in sums] + [f"{a} agents opt Sum" for a in sums]
     trained = [c.removeprefix("rollout_valid_r") for c in _columns(rows, "rollout_valid_r")]
+    signal = [c.removeprefix("rollout_signal_r") for c in _columns(rows, "rollout_signal_r")]
     head += [f"val. {_round(k)} valid" for k in rounds] + [f"rollouts r{k} valid" for k in trained]
+    head += [f"groups with signal r{k}" for k in signal]
     lines += ["", "Mean ± std over seeds:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for variant in variants:
         done = [r for r in rows if r["variant"] == variant and r["status"] == "done"]
@@ -114,6 +121,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         cells += [_mean_std([100 * r[f"opt_sum_{a}"] for r in done], 1) for a in sums]
         cells += [_mean_std([100 * r[f"valid_r{k}"] for r in mine if f"valid_r{k}" in r], 1) for k in rounds]
         cells += [_mean_std([100 * r[key] for r in mine if (key := f"rollout_valid_r{k}") in r], 1) for k in trained]
+        cells += [_mean_std([100 * r[key] for r in mine if (key := f"rollout_signal_r{k}") in r], 1) for k in signal]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -191,7 +199,7 @@ def engineer_table(out: Path, sweep: Sweep) -> str:
     """Per variant, over its seeds and rounds: what the engineer decided (how often it changed the config,
     kept it, or had its answer projected) and the shape of the configs it produced (mean)."""
     head = ["variant", "decisions", "changed", "kept (fallback)", "projected"]
-    head += ["data on <=5x5", "hole ratio", "wait ratio", "sizes used"]
+    head += ["data on <=5x5", "hole ratio", "wait ratio", "sizes used", "probe: flagged / revised / in band after"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for variant in sweep.settings.variants:
         runs = variant_runs(out, sweep)[variant]
@@ -202,10 +210,66 @@ def engineer_table(out: Path, sweep: Sweep) -> str:
         profiles = [config_profile(d["config"]["sizes"]) for d in made]
         mean = {key: statistics.mean(p[key] for p in profiles) for key in profiles[0]}
         cells = [variant, str(len(made)), str(sum(bool(d["changes"]) for d in made))]
-        cells += [str(sum(d["fallback"] is not None for d in made)), str(sum(bool(d["notes"]) for d in made))]
+        cells += [
+            str(sum(d["fallback"] is not None for d in made)),
+            str(sum(any(_projection(n) for n in d["notes"]) for d in made)),
+        ]
         cells += [f"{mean['small']:.2f}", f"{mean['hole']:.2f}", f"{mean['wait']:.2f}", f"{mean['sizes']:.1f}"]
+        cells.append(_probe_counts(made))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _projection(note: str) -> bool:
+    """Whether a decision's note is the projection's (not the probe's or the level buffer's)."""
+    return not note.startswith(("probe:", "plr-levels:"))
+
+
+def _probe_counts(decisions: list[dict]) -> str:
+    """With engineer.probe: how many proposals the probe flagged, how many of those the engineer revised
+    itself (not the mechanical drop), and how many ended with every size in the learning band."""
+    probed = [d for d in decisions if d.get("probes")]
+    if not probed:
+        return "-"
+    flagged = [d for d in probed if d["probes"][0]["flagged"]]
+    revised = sum(any(n == "probe: revised by the engineer" for n in d["notes"]) for d in flagged)
+    in_band = sum(not d["probes"][-1]["flagged"] for d in flagged)
+    return f"{len(flagged)} of {len(probed)} / {revised} / {in_band}"
+
+
+def describe_config(sizes: dict) -> str:
+    """A configuration in a few words: the sizes with data (share in %), the data-weighted hole and WAIT
+    ratios; ``all 8 sizes`` when every size has data."""
+    used = {int(s): k for s, k in sizes.items() if k["data_ratio"] > 0}
+    total = sum(k["data_ratio"] for k in used.values()) or 1.0
+    shape = config_profile(sizes)
+    where = (
+        f"all {len(used)} sizes"
+        if len(used) == 8
+        else " ".join(f"{s}x{s}:{100 * used[s]['data_ratio'] / total:.0f}%" for s in sorted(used))
+    )
+    return f"{where}, holes {shape['hole']:.2f}, WAIT {shape['wait']:.2f}"
+
+
+def proposals_table(out: Path, sweep: Sweep) -> str:
+    """What each engineer made of the configuration, round by round, per seed (the round's env_config)."""
+    runs = variant_runs(out, sweep)
+    rounds = sorted({r.index for seeds in runs.values() for run in seeds for r in run.rounds()})
+    lines = [
+        "| variant | seed | " + " | ".join(f"round {k}" for k in rounds) + " |",
+        "|---|---|" + "---|" * len(rounds),
+    ]
+    for variant, seeds in runs.items():
+        for seed, run in zip(sweep.settings.seeds, seeds):
+            configs = {r.index: r.env_config for r in run.rounds() if r.env_config.exists()}
+            if configs:
+                cells = [describe_config(_sizes(configs[k])) if k in configs else "-" for k in rounds]
+                lines.append(f"| {variant} | {seed} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _sizes(path: Path) -> dict:
+    return {s: k.model_dump() for s, k in load_config(path).sizes.items()}
 
 
 def write_summary(out: Path, sweep: Sweep, name: str = "summary") -> Path:
@@ -223,6 +287,7 @@ def write_summary(out: Path, sweep: Sweep, name: str = "summary") -> Path:
     text += "\n## Benchmark per map size\n\n" + benchmark_tables(out, sweep)
     text += f"\n## Configurations by round\n\n![configs]({name}_configs.png)\n"
     text += "\n## Engineer decisions (all rounds and seeds; config shape means)\n\n" + engineer_table(out, sweep)
+    text += "\n## Configurations by round and seed\n\n" + proposals_table(out, sweep)
     (out / f"{name}.md").write_text(text)
     return out / f"{name}.md"
 
