@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from actors.chat import openai_chat, serve_chat
 from actors.engineer_baselines import BASELINES
 from actors.engineer_context import PRESETS, ContextConfig, EngineerInputs, render, sections, summary_request
-from actors.engineer_probe import Probe, ProbeConfig, Score, drop_flagged, evidence, run_probe
+from actors.engineer_probe import PROBE_REVISED, Probe, ProbeConfig, Score, drop_flagged, evidence, run_probe
 from actors.level_replay import LevelReplayConfig, choose_levels
 from env import task
 from env.config import EnvConfig, diff, project, proposal_schema
@@ -162,7 +162,7 @@ def _probe_and_revise(settings: EngineerConfig, inputs: EngineerInputs, ask, sco
             decision.notes.append("probe: the revision holds no configuration with sizes")
             raw = None
         else:
-            decision.notes.append("probe: revised by the engineer")
+            decision.notes.append(PROBE_REVISED)
     if raw is None:
         raw, note = drop_flagged(decision.config, probe)
         decision.notes.append(f"probe: {note}")

@@ -22,6 +22,8 @@ from env.evaluate import Verdict
 from env.generator import make_instance, sample_specs
 from env.instance import Instance
 
+PROBE_REVISED = "probe: revised by the engineer"  # the decision note when the engineer revised its proposal
+
 Score = Callable[[list[Instance]], list[Verdict]]  # the current policy's greedy verdicts, in order
 
 

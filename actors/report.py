@@ -43,6 +43,11 @@ def config_profile(sizes: dict) -> dict[str, float]:
     }
 
 
+def config_sizes(path: Path) -> dict[int, dict]:
+    """A round's ``env_config.yaml`` as its ``sizes`` mapping, size -> knobs as dicts."""
+    return {size: knobs.model_dump() for size, knobs in load_config(path).sizes.items()}
+
+
 def plot_config_evolution(panels: dict[str, list[RunDir]], path: Path) -> None:
     """One column per panel (a run, or a sweep variant's seeds): per round, the data share of each map size
     (stacked bars) and the data-weighted hole and WAIT ratios, each a mean over the panel's runs."""
@@ -55,8 +60,7 @@ def plot_config_evolution(panels: dict[str, list[RunDir]], path: Path) -> None:
         for run in runs:
             for r in run.rounds():
                 if r.env_config.exists():
-                    config = load_config(r.env_config)
-                    by_round.setdefault(r.index, []).append({s: k.model_dump() for s, k in config.sizes.items()})
+                    by_round.setdefault(r.index, []).append(config_sizes(r.env_config))
         rounds = sorted(by_round)
         top, bottom_axis = axes[0][column], axes[1][column]
         bottom = [0.0] * len(rounds)

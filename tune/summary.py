@@ -16,10 +16,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from actors.engineer_probe import PROBE_REVISED
 from actors.metrics import read_metrics
-from actors.report import config_profile, plot_config_evolution
+from actors.report import config_profile, config_sizes, plot_config_evolution
 from actors.run_dir import RunDir, read_json
-from env.config import load_config
 from tune.spec import Sweep, shared_start, trial_dir
 
 START = "before RL"  # the row of the shared starting policy (``shared/start``, see actors.job.score_start)
@@ -232,7 +232,7 @@ def _probe_counts(decisions: list[dict]) -> str:
     if not probed:
         return "-"
     flagged = [d for d in probed if d["probes"][0]["flagged"]]
-    revised = sum(any(n == "probe: revised by the engineer" for n in d["notes"]) for d in flagged)
+    revised = sum(PROBE_REVISED in d["notes"] for d in flagged)
     in_band = sum(not d["probes"][-1]["flagged"] for d in flagged)
     return f"{len(flagged)} of {len(probed)} / {revised} / {in_band}"
 
@@ -263,13 +263,9 @@ def proposals_table(out: Path, sweep: Sweep) -> str:
         for seed, run in zip(sweep.settings.seeds, seeds):
             configs = {r.index: r.env_config for r in run.rounds() if r.env_config.exists()}
             if configs:
-                cells = [describe_config(_sizes(configs[k])) if k in configs else "-" for k in rounds]
+                cells = [describe_config(config_sizes(configs[k])) if k in configs else "-" for k in rounds]
                 lines.append(f"| {variant} | {seed} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _sizes(path: Path) -> dict:
-    return {s: k.model_dump() for s, k in load_config(path).sizes.items()}
 
 
 def write_summary(out: Path, sweep: Sweep, name: str = "summary") -> Path:
