@@ -188,6 +188,29 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     assert (tmp_path / "part.png").exists() and (tmp_path / "part_configs.png").exists()
 
 
+def test_extend_sweep_copies_finished_trials_without_their_benchmark(tmp_path):
+    from scripts.extend_sweep import extend
+
+    short, long = tmp_path / "short", tmp_path / "long"
+    for seed in (0, 1):
+        fake_trial(short / "runs" / trial_name("a", seed), {3: 1.0}, [0.1, 0.2], 0.3)
+        checkpoint = short / "runs" / trial_name("a", seed) / "checkpoints" / "step-000004"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "state.json").write_text("{}")
+    fake_trial(short / "shared" / "start", {3: 1.0}, [], 0.04)
+    copies = extend(short, long, "a", "b", [0, 1])
+    assert [p.name for p in copies] == ["b-s0", "b-s1"]
+    for copy in copies:  # the rounds and the checkpoint to resume from stay; the benchmark is taken again
+        assert (copy / "checkpoints" / "step-000004" / "state.json").exists()
+        assert (copy / "round_1" / "validation.json").exists() and not (copy / "final").exists()
+    assert (long / "shared" / "start" / "final" / "benchmark.json").exists()  # the start, scored once
+    with pytest.raises(SystemExit, match="exists"):
+        extend(short, long, "a", "b", [0])
+    (short / "runs" / "a-s0" / "final" / "benchmark.json").unlink()
+    with pytest.raises(SystemExit, match="has not finished"):
+        extend(short, tmp_path / "other", "a", "b", [0])
+
+
 @pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "configs").glob("*.yaml")), ids=lambda p: p.name)
 def test_every_shipped_config_loads(path):
     from actors.pretrain import PretrainConfig
