@@ -19,6 +19,13 @@ the failing agent's first faulty move, in the think block's path or the answer l
 first) gets it only on the tokens that end after that character offset, i.e. the token holding the
 fault and everything after it; the correct prefix gets 0 (it is neither pushed down nor up). Positive
 advantages, and failures without a place (parse errors, wrong agent count), stay sequence-level.
+
+Shared prompts (``grpo.shared_prompts``, on by default): a group's G samples share one prompt, and on this
+benchmark the prompt is most of a sequence (~88 of ~123 tokens). ``collate(..., share_prompts=True)`` keeps
+each distinct prompt of a micro-batch once; ``token_logprobs`` runs the prompts, then the responses on
+their prompt's cached keys and values (gradients flow through the cache), so a prompt is computed once
+per micro-batch instead of once per sample. The logprobs and gradients are the same as the plain path's
+(tests/test_grpo.py); ``shared_micro_batches`` keeps a group's rows together in one micro-batch.
 """
 
 from __future__ import annotations
@@ -57,8 +64,20 @@ def informative_groups(rewards: np.ndarray, groups: np.ndarray) -> np.ndarray:
 
 
 @dataclass
+class SharedPrompts:
+    """The distinct prompts of a micro-batch, each once, right-padded."""
+
+    ids: torch.Tensor  # [U, P]
+    attention_mask: torch.Tensor  # [U, P]
+    lengths: torch.Tensor  # [U]: real tokens of each prompt
+    of_row: torch.Tensor  # [B]: which prompt each row's response continues
+
+
+@dataclass
 class MicroBatch:
-    """Right-padded ``prompt + response`` sequences; per-token tensors cover the response positions."""
+    """Right-padded ``prompt + response`` sequences; per-token tensors cover the response positions.
+    With ``prompts`` set, ``input_ids`` and ``attention_mask`` hold only the responses [B, R], which
+    continue their prompt's cached keys and values (``target_index`` is then unused)."""
 
     input_ids: torch.Tensor  # [B, T]
     attention_mask: torch.Tensor  # [B, T]
@@ -67,6 +86,7 @@ class MicroBatch:
     response_mask: torch.Tensor  # [B, R] float, 0 on padding (and on zero-weight rows)
     old_logprobs: torch.Tensor  # [B, R]
     advantages: torch.Tensor  # [B, R] per response token (a sequence-level advantage repeated)
+    prompts: SharedPrompts | None = None
 
 
 def collate(
@@ -76,9 +96,23 @@ def collate(
     advantages: list[float | list[float]] | None,
     pad_id: int,
     weights: list[float] | None = None,
+    share_prompts: bool = False,
 ) -> MicroBatch:
     """Pad a list of samples into a ``MicroBatch`` (a weight of 0 keeps a row out of the loss). A sample's
-    advantage is one number (every token) or one per response token."""
+    advantage is one number (every token) or one per response token. ``share_prompts``: each distinct
+    prompt once (see the module doc)."""
+    if share_prompts:
+        distinct = list(dict.fromkeys(tuple(p) for p in prompts))
+        batch = collate([[]] * len(prompts), responses, old_logprobs, advantages, pad_id, weights)
+        ids = collate([list(p) for p in distinct], [[]] * len(distinct), None, None, pad_id)
+        index = {p: k for k, p in enumerate(distinct)}
+        batch.prompts = SharedPrompts(
+            ids.input_ids,
+            ids.attention_mask,
+            torch.tensor([len(p) for p in distinct]),
+            torch.tensor([index[tuple(p)] for p in prompts]),
+        )
+        return batch
     batch = len(prompts)
     length = max(len(p) + len(r) for p, r in zip(prompts, responses))
     width = max(max(len(r) for r in responses), 1)
@@ -105,6 +139,30 @@ def collate(
     return MicroBatch(input_ids, attention, target_index, response_ids, mask, old, adv)
 
 
+def shared_micro_batches(rows, prompt_of: dict[int, tuple], size: int, rank: int, world: int) -> list[list[int]]:
+    """This rank's micro-batches under shared prompts: rows of one prompt stay together (a group larger
+    than ``size`` is cut into pieces of ``size``), longest prompt first (little padding), the pieces go
+    to the ranks in turn, and a micro-batch takes pieces while it has room for ``size`` rows. Every rank
+    gets the same number of micro-batches (empty ones at the end: the caller keeps them in step with a
+    zero-weight row)."""
+    groups: dict[tuple, list[int]] = {}
+    for row in rows:
+        groups.setdefault(prompt_of[int(row)], []).append(int(row))
+    ordered = sorted(groups.items(), key=lambda item: -len(item[0]))  # stable: ties keep row order
+    pieces = [members[k : k + size] for _, members in ordered for k in range(0, len(members), size)]
+    plans = []
+    for r in range(world):
+        plan: list[list[int]] = []
+        for piece in pieces[r::world]:
+            if plan and len(plan[-1]) + len(piece) <= size:
+                plan[-1] += piece
+            else:
+                plan.append(list(piece))
+        plans.append(plan)
+    count = max(1, max(len(plan) for plan in plans))
+    return plans[rank] + [[] for _ in range(count - len(plans[rank]))]
+
+
 def by_length(rows, lengths: dict[int, int]) -> list[int]:
     """``rows`` longest sequence first (ties in row order), so consecutive micro-batches hold sequences of
     about one length and little padding is computed (the loss is a token sum: order does not change it)."""
@@ -114,9 +172,7 @@ def by_length(rows, lengths: dict[int, int]) -> list[int]:
 def token_logprobs(model, batch: MicroBatch, entropy: bool = False):
     """Log-probabilities [B, R] the model gives each response token (raw logits, no temperature); with
     ``entropy``, also the entropy [B, R] of the model's distribution at each response position."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-    index = batch.target_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1])
-    picked = logits.gather(1, index).float()  # [B, R, V] at the predicting positions
+    picked = _predicting_logits(model, batch).float()  # [B, R, V] at the predicting positions
     normaliser = picked.logsumexp(-1)
     logprobs = picked.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1) - normaliser
     if not entropy:
@@ -125,6 +181,26 @@ def token_logprobs(model, batch: MicroBatch, entropy: bool = False):
         probabilities = torch.softmax(picked, -1)
         entropies = normaliser - (probabilities * picked).sum(-1)
     return logprobs, entropies
+
+
+def _predicting_logits(model, batch: MicroBatch) -> torch.Tensor:
+    """Logits [B, R, V] of the positions that predict each response token."""
+    if batch.prompts is None:
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        return logits.gather(1, batch.target_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
+    prompts, of_row = batch.prompts, batch.prompts.of_row
+    ran = model(input_ids=prompts.ids, attention_mask=prompts.attention_mask, use_cache=True)
+    last = ran.logits[torch.arange(len(prompts.lengths)), prompts.lengths - 1]  # [U, V]: predicts token 0
+    cache = ran.past_key_values
+    cache.batch_select_indices(of_row)  # [U, ...] -> [B, ...], differentiable
+    width = batch.input_ids.shape[1]
+    responses = model(
+        input_ids=batch.input_ids,
+        attention_mask=torch.cat([prompts.attention_mask[of_row], batch.attention_mask], 1),
+        position_ids=prompts.lengths[of_row, None] + torch.arange(width, device=of_row.device),
+        past_key_values=cache,
+    ).logits  # [B, R, V]: position k predicts response token k + 1
+    return torch.cat([last[of_row, None], responses[:, :-1]], 1)
 
 
 def token_ends(decode, response_ids: list[int]) -> list[int]:

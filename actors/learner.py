@@ -29,6 +29,7 @@ from actors.grpo import (
     informative_groups,
     located_advantages,
     sft_loss_sum,
+    shared_micro_batches,
     token_ends,
     token_logprobs,
     weigh_negatives,
@@ -152,22 +153,30 @@ class Learner:
         data: TrajectoryBatch | SFTBatch,
         loss_fn,
         advantages: list[float | list[float]] | None = None,
+        share_prompts: bool = False,
     ) -> dict[str, float]:
-        """Forward/backward this rank's share of ``rows`` of ``data`` in micro-batches of similar lengths,
-        then one optimizer step. GRPO passes the rows' ``advantages`` (and uses the batch's behaviour
-        logprobs); SFT passes none.
+        """Forward/backward this rank's share of ``rows`` of ``data`` in micro-batches of similar lengths
+        (``share_prompts``: of whole groups, each prompt computed once; actors.grpo), then one optimizer
+        step. GRPO passes the rows' ``advantages`` (and uses the batch's behaviour logprobs); SFT passes none.
         ``loss_fn(new_logprobs, micro_batch) -> (loss sum, stats)``; totals are summed over ranks."""
         import torch
         import torch.distributed as dist
 
         grpo = isinstance(data, TrajectoryBatch)
         tokens = sum(len(data.response_ids[i]) for i in rows)
-        lengths = {i: len(data.prompt_ids[i]) + len(data.response_ids[i]) for i in rows}
-        shard = by_length(rows[self.rank :: self.world_size], lengths)
-        micro_batches = max(1, math.ceil(math.ceil(len(rows) / self.world_size) / self.micro_batch_size))
+        size = self.micro_batch_size
+        if share_prompts:
+            prompt_of = {int(i): tuple(data.prompt_ids[i]) for i in rows}
+            plan = shared_micro_batches(rows, prompt_of, size, self.rank, self.world_size)
+        else:
+            lengths = {i: len(data.prompt_ids[i]) + len(data.response_ids[i]) for i in rows}
+            shard = by_length(rows[self.rank :: self.world_size], lengths)
+            count = max(1, math.ceil(math.ceil(len(rows) / self.world_size) / size))
+            plan = [shard[m * size : (m + 1) * size] for m in range(count)]
+        micro_batches = len(plan)
+        trained_tokens = 0  # what this rank's forward passes compute (a shared prompt once)
         totals: dict[str, float] = {"loss_sum": 0.0}
-        for m in range(micro_batches):
-            chosen = shard[m * self.micro_batch_size : (m + 1) * self.micro_batch_size]
+        for m, chosen in enumerate(plan):
             weights = [1.0] * len(chosen)
             if not chosen:  # keep in step with the other ranks' all-reduce
                 chosen, weights = [rows[0]], [0.0]
@@ -178,6 +187,10 @@ class Learner:
                 [advantages[i] for i in chosen] if grpo else None,
                 self.pad_id,
                 weights,
+                share_prompts,
+            )
+            trained_tokens += int(batch.attention_mask.sum()) + (
+                int(batch.prompts.attention_mask.sum()) if batch.prompts is not None else 0
             )
             batch = _to_device(batch, self.engine.device)
             self.engine.set_gradient_accumulation_boundary(m == micro_batches - 1)
@@ -196,6 +209,7 @@ class Learner:
         unreported = self.settings.zero_stage == 0 and self.settings.precision == "fp32"
         fallback_norm = self._grad_norm() if unreported else None  # DeepSpeed reports none there
         self.engine.step()
+        totals["forward_tokens"] = float(trained_tokens)
         keys = sorted(totals)
         summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
         if self.world_size > 1:
@@ -245,7 +259,7 @@ class Learner:
 
         totals: dict[str, float] = {}
         for _ in range(settings.updates_per_batch):  # the behaviour logprobs stay those of the sampling policy
-            update = self._accumulate(rows, data, loss_fn, advantages)
+            update = self._accumulate(rows, data, loss_fn, advantages, settings.shared_prompts)
             totals = {key: totals.get(key, 0.0) + value for key, value in update.items()}
         totals["grad_norm"] = update["grad_norm"]  # of the last update; the other totals are over all updates
         n = max(totals["tokens"], 1)
@@ -261,6 +275,7 @@ class Learner:
             "signal_share": info["signal_groups"] / max(info["groups"], 1),
             "grad_norm": totals["grad_norm"],
             "train_tokens": update["tokens"],
+            "forward_tokens": update["forward_tokens"],  # prompt + response tokens the forward passes computed
             "train_sequences": update["sequences"],
         }
 
@@ -385,9 +400,13 @@ def merged_state(peft_model) -> dict:
 
 
 def _to_device(batch, device):
-    from dataclasses import fields, replace
+    """A (nested) dataclass of tensors on ``device``; None fields stay None."""
+    from dataclasses import fields, is_dataclass, replace
 
-    return replace(batch, **{f.name: getattr(batch, f.name).to(device) for f in fields(batch)})
+    def moved(value):
+        return _to_device(value, device) if is_dataclass(value) else None if value is None else value.to(device)
+
+    return replace(batch, **{f.name: moved(getattr(batch, f.name)) for f in fields(batch)})
 
 
 class LearnerGroupBroken(RuntimeError):

@@ -79,6 +79,9 @@ class GRPOConfig(_Config):
         0, ge=0, description="dynamic sampling: up to this many extra draws per step to replace groups without signal"
     )
     micro_batch_size: int = Field(16, ge=1, description="sequences per forward/backward on a learner")
+    shared_prompts: bool = Field(
+        True, description="compute a group's prompt once per micro-batch (same loss and gradients; actors.grpo)"
+    )
     updates_per_batch: int = Field(
         1, ge=1, le=8, description="optimizer steps on each step's batch (>1: PPO-style reuse, the clip range acts)"
     )

@@ -11,10 +11,13 @@ sample like TRL does.
 Prints samples/s and seconds per step for both and their ratio, our step-time breakdown (sample,
 generate, score, train, sync), weight sync as a share of the step and Ray overhead (wall minus parts), and
 our step's model FLOPs utilisation: (2 x parameters x generated tokens + 6 x parameters x trained tokens)
-per second of the step over the bf16 matmul peak measured in the same run (benchmarks/pretrain.py).
+per second of the step over the bf16 matmul peak measured in the same run (benchmarks/pretrain.py); the
+trained tokens are those the learner's forward passes compute (with shared prompts, a group's prompt once
+per micro-batch). ``--plain-prompts`` also runs ours with ``grpo.shared_prompts: false`` (every sample's
+prompt computed) in the same run, so the two learner paths are compared side by side too.
 
     python benchmarks/rl_throughput.py [--presets tiny 50m] [--steps 4] [--overlap]
-    python benchmarks/rl_throughput.py --model models/base-v1 --precision bf16 [--compile]   # the shipped base
+    python benchmarks/rl_throughput.py --model models/base-v1 --precision bf16 [--compile] [--plain-prompts]
 """
 
 from __future__ import annotations
@@ -43,7 +46,15 @@ def environment():
 
 
 def ours(
-    model: str, run_dir: str, shape: dict, steps: int, overlap: bool, threads: int, precision: str, compile: bool
+    model: str,
+    run_dir: str,
+    shape: dict,
+    steps: int,
+    overlap: bool,
+    threads: int,
+    precision: str,
+    compile: bool,
+    shared_prompts: bool = True,
 ) -> dict:
     import ray
 
@@ -59,6 +70,7 @@ def ours(
         deepspeed={"precision": precision, "compile": compile},
         grpo=shape
         | {"steps_per_round": steps + 1, "learning_rate": 1e-6, "drop_zero_variance": False, "overlap": overlap}
+        | {"shared_prompts": shared_prompts}
         | {"micro_batch_size": shape["prompts_per_step"] * shape["group_size"] // 2},
         resources={"rollout_workers": 2, "learners": 1, "learner_threads": threads},
         checkpoint={"every_steps": 0, "keep": 1},
@@ -74,7 +86,7 @@ def ours(
         ray.shutdown()
     walls = [r["time"]["wall"] for r in records]
     samples = sum(r["samples"] for r in records)
-    trained = [r["prompt_tokens"] + r["response_tokens"] for r in records]  # every row trains (all groups kept)
+    trained = [r["train"]["forward_tokens"] for r in records]  # every row trains (all groups kept)
     parts = ("sample", "generate", "score", "train", "sync", "ray_overhead")
     return {
         "setup_s": setup,
@@ -128,6 +140,7 @@ def main() -> None:
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="both sides (bf16: mixed)")
     parser.add_argument("--model", help="a model folder (e.g. models/base-v1) instead of the presets")
     parser.add_argument("--compile", action="store_true", help="ours: torch.compile the learner's model")
+    parser.add_argument("--plain-prompts", action="store_true", help="also ours with every sample's prompt computed")
     args = parser.parse_args()
     from benchmarks.peak import matmul_peak_gflops
 
@@ -139,12 +152,18 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             model = args.model or str(init_model(Path(folder) / preset, PRESETS[preset]))
             run = str(Path(folder) / "run")
-            mine = ours(model, run, shape, args.steps, args.overlap, args.threads, args.precision, args.compile)
+            common = (model, shape, args.steps, args.overlap, args.threads, args.precision, args.compile)
+            mine = ours(common[0], run, *common[1:])
+            plain = ours(common[0], run + "-plain", *common[1:], shared_prompts=False) if args.plain_prompts else None
             peer = trl(model, shape, args.steps, args.threads, args.precision)
         parameters = count_parameters(model)
-        flops = 2 * parameters * mine["generated_tokens_per_step"] + 6 * parameters * mine["trained_tokens_per_step"]
-        mine["mfu"] = flops / mine["seconds_per_step"] / (peak * 1e9)
+        for measured in filter(None, (mine, plain)):
+            flops = 2 * parameters * measured["generated_tokens_per_step"]
+            flops += 6 * parameters * measured["trained_tokens_per_step"]
+            measured["mfu"] = flops / measured["seconds_per_step"] / (peak * 1e9)
         results[preset] = {"shape": shape, "ours": mine, "trl": peer, "parameters": parameters, "peak_gflops": peak}
+        if plain:
+            results[preset]["ours_plain_prompts"] = plain
         b = mine["breakdown"]
         print(f"\n== {preset} ({args.precision}): {shape}")
         print(f"ours: {mine['samples_per_s']:.1f} samples/s, {mine['seconds_per_step']:.2f} s/step")
@@ -156,6 +175,11 @@ def main() -> None:
         print(f"our step's MFU: {mine['mfu']:.2%} ({parameters / 1e6:.1f}M parameters, "
               f"{mine['generated_tokens_per_step']:.0f} generated + {mine['trained_tokens_per_step']:.0f} trained "
               "tokens a step)")  # fmt: skip
+        if plain:
+            print(f"ours, every prompt computed: {plain['samples_per_s']:.1f} samples/s, "
+                  f"{plain['seconds_per_step']:.2f} s/step, train {plain['breakdown']['train']:.3f} s, "
+                  f"{plain['trained_tokens_per_step']:.0f} trained tokens a step; shared/plain "
+                  f"{mine['samples_per_s'] / plain['samples_per_s']:.2f}x")  # fmt: skip
         if peer.get("generate_s") is not None:
             generate, rest = peer["generate_s"] / peer["steps"], peer["train_s"] / peer["steps"]
             print(f"TRL step: generate+score {generate:.3f} s, rest {rest:.3f} s")

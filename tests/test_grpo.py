@@ -14,6 +14,7 @@ from actors.grpo import (
     collate,
     group_advantages,
     informative_groups,
+    shared_micro_batches,
     token_logprobs,
     weigh_negatives,
 )
@@ -104,6 +105,51 @@ def test_micro_batched_token_mean_gradient_equals_the_whole_batch(tiny_model):
     whole = gradient([([0, 1, 2, 3, 4], None)])
     split = gradient([([0, 1], None), ([2, 3], None), ([4], None), ([0], [0.0])])
     assert torch.allclose(whole, split, atol=1e-6)
+
+
+def test_shared_prompts_give_the_plain_logprobs_entropies_and_gradients(tiny_model):
+    """Each prompt computed once, its group's responses on its cached keys and values: the same numbers as
+    one full sequence per sample (prompts of different lengths, responses of different lengths, a
+    zero-weight row)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    rng = np.random.default_rng(1)
+    distinct = [list(rng.integers(5, 300, size=n)) for n in (7, 4, 9)]
+    prompts = [distinct[k] for k in (0, 0, 0, 1, 1, 2, 2, 2)]
+    responses = [list(rng.integers(5, 300, size=rng.integers(1, 7))) for _ in prompts]
+    old = [list(rng.normal(-3, 0.5, size=len(r))) for r in responses]
+    advantages = list(rng.normal(size=len(prompts)))
+    weights = [1.0] * 7 + [0.0]
+
+    def run(share: bool):
+        model.zero_grad()
+        batch = collate(prompts, responses, old, advantages, 0, weights, share_prompts=share)
+        logprobs, entropies = token_logprobs(model, batch, entropy=True)
+        loss, _ = clipped_surrogate(logprobs, batch, 0.2, 0.28)
+        loss.backward()
+        gradient = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        return batch, logprobs.detach(), entropies, gradient
+
+    plain, shared = run(False), run(True)
+    assert shared[0].prompts.ids.shape[0] == 3 and shared[0].input_ids.shape[1] == max(map(len, responses))
+    mask = plain[0].response_mask > 0
+    for a, b in zip(plain[1:3], shared[1:3]):
+        assert torch.allclose(a[mask], b[mask], atol=1e-5)
+    assert torch.allclose(plain[3], shared[3], atol=1e-5)
+
+
+def test_shared_micro_batches_keep_groups_whole_and_ranks_in_step():
+    prompt_of = {row: ("abc"[row // 4],) for row in range(12)}  # three groups of 4
+    rows = np.arange(12)
+    assert shared_micro_batches(rows, prompt_of, 8, 0, 1) == [[0, 1, 2, 3, 4, 5, 6, 7], [8, 9, 10, 11]]
+    assert shared_micro_batches(rows, prompt_of, 3, 0, 1) == [[0, 1, 2], [3], [4, 5, 6], [7], [8, 9, 10], [11]]
+    first, second = (shared_micro_batches(rows, prompt_of, 8, rank, 2) for rank in (0, 1))
+    assert first == [[0, 1, 2, 3, 8, 9, 10, 11]] and second == [[4, 5, 6, 7]]
+    lonely = shared_micro_batches(np.arange(4), prompt_of, 8, 1, 2)  # one group, two ranks
+    assert lonely == [[]]
+    longer_first = {0: (1,), 1: (1,), 2: (1, 2), 3: (1, 2)}
+    assert shared_micro_batches(np.arange(4), longer_first, 2, 0, 1) == [[2, 3], [0, 1]]
 
 
 def test_merged_worker_batches_keep_groups_apart():
