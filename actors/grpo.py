@@ -190,7 +190,8 @@ def _predicting_logits(model, batch: MicroBatch) -> torch.Tensor:
         return logits.gather(1, batch.target_index.unsqueeze(-1).expand(-1, -1, logits.shape[-1]))
     prompts, of_row = batch.prompts, batch.prompts.of_row
     ran = model(input_ids=prompts.ids, attention_mask=prompts.attention_mask, use_cache=True)
-    last = ran.logits[torch.arange(len(prompts.lengths)), prompts.lengths - 1]  # [U, V]: predicts token 0
+    first = torch.arange(len(prompts.lengths), device=of_row.device)
+    last = ran.logits[first, prompts.lengths - 1]  # [U, V]: each prompt's last position predicts token 0
     cache = ran.past_key_values
     cache.batch_select_indices(of_row)  # [U, ...] -> [B, ...], differentiable
     width = batch.input_ids.shape[1]
