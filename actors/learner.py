@@ -174,7 +174,7 @@ class Learner:
             count = max(1, math.ceil(math.ceil(len(rows) / self.world_size) / size))
             plan = [shard[m * size : (m + 1) * size] for m in range(count)]
         micro_batches = len(plan)
-        trained_tokens = 0  # what this rank's forward passes compute (a shared prompt once)
+        forward_tokens = 0  # what this rank's forward passes compute (a shared prompt once)
         totals: dict[str, float] = {"loss_sum": 0.0}
         for m, chosen in enumerate(plan):
             weights = [1.0] * len(chosen)
@@ -189,7 +189,7 @@ class Learner:
                 weights,
                 share_prompts,
             )
-            trained_tokens += int(batch.attention_mask.sum()) + (
+            forward_tokens += int(batch.attention_mask.sum()) + (
                 int(batch.prompts.attention_mask.sum()) if batch.prompts is not None else 0
             )
             batch = _to_device(batch, self.engine.device)
@@ -209,7 +209,7 @@ class Learner:
         unreported = self.settings.zero_stage == 0 and self.settings.precision == "fp32"
         fallback_norm = self._grad_norm() if unreported else None  # DeepSpeed reports none there
         self.engine.step()
-        totals["forward_tokens"] = float(trained_tokens)
+        totals["forward_tokens"] = float(forward_tokens)
         keys = sorted(totals)
         summed = torch.tensor([totals[k] for k in keys], dtype=torch.float64)
         if self.world_size > 1:
