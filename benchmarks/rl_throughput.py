@@ -152,9 +152,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             model = args.model or str(init_model(Path(folder) / preset, PRESETS[preset]))
             run = str(Path(folder) / "run")
-            common = (model, shape, args.steps, args.overlap, args.threads, args.precision, args.compile)
-            mine = ours(common[0], run, *common[1:])
-            plain = ours(common[0], run + "-plain", *common[1:], shared_prompts=False) if args.plain_prompts else None
+            settings = (shape, args.steps, args.overlap, args.threads, args.precision, args.compile)
+            mine = ours(model, run, *settings)
+            plain = ours(model, run + "-plain", *settings, shared_prompts=False) if args.plain_prompts else None
             peer = trl(model, shape, args.steps, args.threads, args.precision)
         parameters = count_parameters(model)
         for measured in filter(None, (mine, plain)):
