@@ -156,7 +156,7 @@ def main() -> None:
             mine = ours(model, run, *settings)
             plain = ours(model, run + "-plain", *settings, shared_prompts=False) if args.plain_prompts else None
             peer = trl(model, shape, args.steps, args.threads, args.precision)
-        parameters = count_parameters(model)
+            parameters = count_parameters(model)  # while a preset's folder exists
         for measured in filter(None, (mine, plain)):
             flops = 2 * parameters * measured["generated_tokens_per_step"]
             flops += 6 * parameters * measured["trained_tokens_per_step"]
