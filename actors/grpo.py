@@ -17,8 +17,11 @@ Credit (``grpo.credit``): with ``sequence`` every token of a sample gets its adv
 a failing sample whose advantage is negative and whose verdict names a place (``env.locate.fault_offset``:
 the failing agent's first faulty move, in the think block's path or the answer line, whichever comes
 first) gets it only on the tokens that end after that character offset, i.e. the token holding the
-fault and everything after it; the correct prefix gets 0 (it is neither pushed down nor up). Positive
-advantages, and failures without a place (parse errors, wrong agent count), stay sequence-level.
+fault and everything after it; the correct prefix gets 0 (it is neither pushed down nor up). A failing
+sample with a positive advantage (only possible when invalid plans earn graded rewards, e.g.
+``reward.progress``) gets it only on the tokens that end at or before that offset: its correct prefix is
+pulled up, its fault and what follows are not. Valid samples, and failures without a place (parse errors,
+wrong agent count), stay sequence-level.
 
 Shared prompts (``grpo.shared_prompts``, on by default): a group's G samples share one prompt, and on this
 benchmark the prompt is most of a sequence (~88 of ~123 tokens). ``collate(..., share_prompts=True)`` keeps
@@ -211,11 +214,14 @@ def token_ends(decode, response_ids: list[int]) -> list[int]:
 
 
 def located_advantages(advantage: float, ends: list[int], fault: int | None) -> list[float] | float:
-    """A sample's advantage under located credit (see the module doc): per token when a negative advantage
-    has a located fault, else the sequence-level number."""
-    if fault is None or advantage >= 0:
+    """A sample's advantage under located credit (see the module doc): per token when a failing sample has a
+    located fault (a negative advantage from the fault on, a positive one before it), else the sequence-level
+    number."""
+    if fault is None or advantage == 0:
         return advantage
-    return [advantage if end > fault else 0.0 for end in ends]
+    if advantage < 0:
+        return [advantage if end > fault else 0.0 for end in ends]
+    return [advantage if end <= fault else 0.0 for end in ends]
 
 
 def clipped_surrogate(

@@ -280,14 +280,14 @@ class Learner:
         }
 
     def _located(self, data: TrajectoryBatch, advantages: list[float]) -> list[float | list[float]]:
-        """Located credit: a failing sample's negative advantage only from its fault onwards (actors.grpo)."""
+        """Located credit: a failing sample's advantage split at its fault (actors.grpo)."""
 
         def decode(ids: list[int]) -> str:
             return self.tokenizer.decode(ids, skip_special_tokens=True)
 
         located = []
         for advantage, fault, ids in zip(advantages, data.fault_char, data.response_ids):
-            ends = token_ends(decode, ids) if fault is not None and advantage < 0 else []
+            ends = token_ends(decode, ids) if fault is not None and advantage != 0 else []
             located.append(located_advantages(advantage, ends, fault))
         return located
 

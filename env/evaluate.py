@@ -4,6 +4,12 @@ A plan is executed step by step (agents whose move list has ended stay put). Wit
 checks run in the fixed order ``off_grid``, ``hole``, ``vertex_conflict``, ``edge_conflict``; the first
 failure found, in time order, is the verdict's failure. ``goal_not_reached`` is checked after the last
 step. ``parse_error`` and ``wrong_agents`` come from the prompt codec before any move is made.
+
+Progress (``Verdict.progress``, in [0, 1]): the share of the agents' summed start-to-goal distance (shortest
+paths around the holes) that a plan has covered at its last fault-free state: the state before the faulty
+step, or the final state when an agent does not reach its goal. 1 for a valid plan, 0 for a plan that cannot
+be read; standing still or walking away earns 0. ``RewardConfig.progress`` pays it to invalid plans (off by
+default).
 """
 
 from __future__ import annotations
@@ -38,10 +44,13 @@ class RewardConfig(BaseModel):
     soc_optimal_bonus: float = Field(0.0, description="added when the sum of costs is optimal")
     invalid: float = Field(0.0, description="reward of an invalid plan, unless its category is listed below")
     failure: dict[str, float] = Field(default_factory=dict, description="reward per failure category")
+    progress: float = Field(
+        0.0, ge=0.0, lt=1.0, description="an invalid plan also earns this x its progress (0 = off; module doc)"
+    )
 
     def reward(self, verdict: Verdict) -> float:
         if not verdict.valid:
-            return self.failure.get(verdict.failure or "", self.invalid)
+            return self.failure.get(verdict.failure or "", self.invalid) + self.progress * verdict.progress
         return self.valid + self.optimal_bonus * verdict.optimal + self.soc_optimal_bonus * verdict.soc_optimal
 
 
@@ -58,6 +67,7 @@ class Verdict:
     failure_step: int | None
     detail: str
     reward: float = 0.0
+    progress: float = 0.0  # share of the start-to-goal distance covered without a fault (module doc)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -77,8 +87,19 @@ def regret(verdict: Verdict, optimal_makespan: int) -> float:
     return 1.0 - 0.5 * max(0.0, progress)
 
 
-def _failure(instance: Instance, category: str, agent: int | None, t: int | None, detail: str) -> Verdict:
-    return Verdict(instance.id, False, False, False, None, None, category, agent, t, detail)
+def _failure(
+    instance: Instance, category: str, agent: int | None, t: int | None, detail: str, progress: float = 0.0
+) -> Verdict:
+    return Verdict(instance.id, False, False, False, None, None, category, agent, t, detail, progress=progress)
+
+
+def goal_progress(grid: Grid, starts: list[Cell], goals: list[Cell], positions: list[Cell]) -> float:
+    """The share of the summed start-to-goal distance that ``positions`` have covered, in [0, 1]."""
+    total = sum(grid.distance(s, g) for s, g in zip(starts, goals))
+    if total <= 0:
+        return 1.0
+    left = sum(grid.distance(p, g) for p, g in zip(positions, goals))
+    return min(1.0, max(0.0, 1.0 - left / total))
 
 
 def _arrival_time(positions: list[Cell], goal: Cell) -> int:
@@ -124,14 +145,14 @@ def check_plan(instance: Instance, plan: list[list[str]], grid: Grid | None = No
         failure = step_failure(grid, previous, current)
         if failure is not None:
             category, agent, detail = failure
-            return _failure(instance, category, agent, t, detail)
+            return _failure(instance, category, agent, t, detail, goal_progress(grid, starts, goals, previous))
         for trajectory, cell in zip(trajectories, current):
             trajectory.append(cell)
-    for i, (trajectory, goal) in enumerate(zip(trajectories, goals)):
-        if trajectory[-1] != goal:
-            return _failure(
-                instance, "goal_not_reached", i, horizon, f"agent {i} ends at {trajectory[-1]}, not its goal {goal}"
-            )
+    ends = [trajectory[-1] for trajectory in trajectories]
+    for i, (end, goal) in enumerate(zip(ends, goals)):
+        if end != goal:
+            detail = f"agent {i} ends at {end}, not its goal {goal}"
+            return _failure(instance, "goal_not_reached", i, horizon, detail, goal_progress(grid, starts, goals, ends))
     costs = [_arrival_time(tr, g) for tr, g in zip(trajectories, goals)]
     makespan, soc = max(costs, default=0), sum(costs)
     return Verdict(
@@ -145,6 +166,7 @@ def check_plan(instance: Instance, plan: list[list[str]], grid: Grid | None = No
         None,
         None,
         "",
+        progress=1.0,
     )
 
 

@@ -14,7 +14,7 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
-from env.evaluate import RewardConfig, Verdict, step_failure
+from env.evaluate import RewardConfig, Verdict, goal_progress, step_failure
 from env.grid import MOVE_NAMES, step
 from env.instance import Instance, as_instance
 from env.render import ansi
@@ -61,6 +61,14 @@ class MAPFFrozenLakeParallelEnv(ParallelEnv):
     def action_space(self, agent: str) -> spaces.Discrete:
         return self._action_spaces[agent]
 
+    def _failure(self, category: str, agent: int | None, detail: str, positions: list) -> Verdict:
+        """The verdict of an episode that ends in ``category`` with the agents last fault-free at ``positions``."""
+        starts, goals = [tuple(s) for s in self.instance.starts], [tuple(g) for g in self.instance.goals]
+        progress = goal_progress(self.grid, starts, goals, [tuple(p) for p in positions])
+        verdict = Verdict(self.instance.id, False, False, False, None, None, category, agent, self.t, detail)
+        verdict.progress = progress
+        return verdict
+
     def _observe(self, i: int) -> np.ndarray:
         others = [c for j, p in enumerate(self.positions) if j != i for c in p]
         own = [*self.positions[i], *self.instance.goals[i]]
@@ -90,8 +98,7 @@ class MAPFFrozenLakeParallelEnv(ParallelEnv):
         info: dict = {"t": self.t}
         if failure is not None:
             category, agent, detail = failure
-            verdict = Verdict(self.instance.id, False, False, False, None, None, category, agent, self.t, detail)
-            done, reward = True, self.reward_config.reward(verdict)
+            done, reward = True, self.reward_config.reward(self._failure(category, agent, detail, previous))
             info["failure"] = category
         else:
             self.positions = current
@@ -115,7 +122,7 @@ class MAPFFrozenLakeParallelEnv(ParallelEnv):
         truncated = not done and self.t >= self.max_steps
         if truncated:
             info["failure"] = "goal_not_reached"
-            reward = self.reward_config.failure.get("goal_not_reached", self.reward_config.invalid)
+            reward = self.reward_config.reward(self._failure("goal_not_reached", None, "", self.positions))
         observations = {a: self._observe(i) for i, a in enumerate(self.possible_agents) if a in live}
         if done or truncated:
             self.agents = []

@@ -72,7 +72,8 @@ def test_located_advantages_spare_the_correct_prefix_of_a_failing_answer():
     assert blamed == list(range(first, len(ids)))  # the fault and everything after it
     assert ANSWER_ONLY.startswith(decode(ids[:first])) and len(decode(ids[:first])) <= offset
     assert "DOWN" in decode(ids[first : first + 2])
-    assert located_advantages(0.7, ends, offset) == 0.7  # positive advantages stay sequence-level
+    lifted = [k for k, a in enumerate(located_advantages(0.7, ends, offset)) if a != 0.0]
+    assert lifted == list(range(first))  # a failing sample that beat its group: its correct prefix only
     assert located_advantages(-0.5, ends, None) == -0.5  # nothing to locate
 
 

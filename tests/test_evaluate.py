@@ -71,6 +71,20 @@ def test_valid_optimal_and_rewards():
     assert evaluate(INSTANCE, format_answer(INSTANCE.solution), custom).reward == 2
 
 
+def test_progress_is_the_share_of_the_distance_covered_before_the_fault():
+    # each agent has 2 steps to go; the hole case moves both one step, then agent 0 falls in
+    assert evaluate(INSTANCE, CASES["hole"]).progress == 0.5
+    assert evaluate(INSTANCE, answer("Agent 0: WAIT", "Agent 1: WAIT")).progress == 0.0  # standing still
+    assert evaluate(INSTANCE, answer("Agent 0: RIGHT, RIGHT", "Agent 1: UP")).progress == 0.75  # goal not reached
+    assert evaluate(INSTANCE, answer("Agent 0: DOWN", "Agent 1: RIGHT")).progress == 0.0  # walking away
+    assert evaluate(INSTANCE, CASES["parse_error"]).progress == 0.0
+    assert evaluate(INSTANCE, format_answer(INSTANCE.solution)).progress == 1.0
+    graded = RewardConfig(progress=0.25)
+    assert evaluate(INSTANCE, CASES["hole"], graded).reward == 0.125
+    assert evaluate(INSTANCE, CASES["hole"]).reward == 0.0  # off by default
+    assert evaluate(INSTANCE, format_answer(INSTANCE.solution), graded).reward == 1.5  # valid plans unchanged
+
+
 def test_waiting_on_goal_blocks_it_and_leaving_it_is_allowed():
     # agent 0 reaches its goal at t=2, leaves at t=3 and comes back at t=4: valid, cost 4
     verdict = evaluate(INSTANCE, answer("Agent 0: RIGHT, RIGHT, DOWN, UP", "Agent 1: UP, UP"))
