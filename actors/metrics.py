@@ -1,7 +1,7 @@
 """Metrics of a run: one JSON line per step in ``metrics.jsonl`` and the same numbers in TensorBoard.
 
-On resume, records after the checkpoint's step are dropped from both (they will be produced again), so
-every step appears exactly once.
+On resume, records after the checkpoint's step are dropped from both, and from ``samples.jsonl`` (they will
+be produced again), so every step appears exactly once.
 """
 
 from __future__ import annotations
@@ -30,6 +30,15 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def keep_through(path: str | Path, last_step: int) -> None:
+    """Drop the JSON lines of ``path`` whose ``global_step`` is greater than ``last_step`` (a resumed run
+    produces them again): metrics.jsonl and samples.jsonl."""
+    path = Path(path)
+    kept = [r for r in read_metrics(path) if r.get("global_step", -1) <= last_step]
+    if path.exists():
+        path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+
 class MetricsLog:
     def __init__(self, run_dir: str | Path, resume_after: int | None = None, filename: str = "metrics.jsonl"):
         """Append to ``run_dir/metrics.jsonl``; with ``resume_after``, first drop records whose
@@ -39,8 +48,8 @@ class MetricsLog:
         self.path = Path(run_dir) / filename
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_after is not None:
-            kept = [r for r in read_metrics(self.path) if r.get("global_step", -1) <= resume_after]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            keep_through(self.path, resume_after)
+            self.path.touch()
         purge = None if resume_after is None else resume_after + 1
         self.writer = SummaryWriter(str(Path(run_dir) / "tensorboard"), purge_step=purge)
 

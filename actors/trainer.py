@@ -30,7 +30,7 @@ from actors.buffer import TrajectoryBuffer
 from actors.checkpoint import TrainState
 from actors.learner import LearnerGroupBroken, start_policy
 from actors.level_replay import ReplaySet
-from actors.metrics import MetricsLog
+from actors.metrics import MetricsLog, keep_through
 from actors.rollout_worker import RolloutWorker
 from actors.run_dir import RunDir
 from actors.settings import TrainConfig, run_namespace
@@ -93,13 +93,13 @@ class Trainer:
         else:
             if checkpoint.complete(self.run_dir):
                 raise checkpoint.CheckpointError(f"no readable checkpoint in {self.run_dir / 'checkpoints'}")
-            self.metrics = MetricsLog(self.run_dir, resume_after=-1)
+            self._open_records(resume_after=-1)
             return False
         self.resumed_from = folder
         ray.get(self.buffer.load_state.remote(buffer_state))
         if self.state.version > 0:  # the deployment starts from the initial model: give it the learner's weights
             self._publish(self.state.version)
-        self.metrics = MetricsLog(self.run_dir, resume_after=self.state.global_step - 1)
+        self._open_records(resume_after=self.state.global_step - 1)
         log.info("resumed from %s (round %d, step %d)", folder, self.state.round, self.state.step)
         return True
 
@@ -246,6 +246,11 @@ class Trainer:
             elif every and self.state.global_step % every == 0:
                 self.save_checkpoint()
         return records
+
+    def _open_records(self, resume_after: int) -> None:
+        """Open the step records, dropping those after step ``resume_after`` (they are produced again)."""
+        self.metrics = MetricsLog(self.run_dir, resume_after=resume_after)
+        keep_through(RunDir(self.run_dir).samples, resume_after)
 
     def _log_samples(self, global_step: int, refs: list[ray.ObjectRef]) -> None:
         """Append the step's first ``grpo.log_samples`` groups (texts, rewards, verdicts) to samples.jsonl."""

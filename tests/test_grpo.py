@@ -18,7 +18,7 @@ from actors.grpo import (
     token_logprobs,
     weigh_negatives,
 )
-from actors.metrics import MetricsLog, read_metrics
+from actors.metrics import MetricsLog, keep_through, read_metrics
 from actors.settings import TrainConfig, load_train_config
 from actors.trajectory import TrajectoryBatch
 from env.config import ConfigError, default_config
@@ -209,6 +209,12 @@ def test_metrics_on_resume_drop_steps_after_the_checkpoint(tmp_path):
     resumed.close()
     assert [r["global_step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1, 2, 3]
     assert list((tmp_path / "tensorboard").glob("events.*"))
+    samples = tmp_path / "samples.jsonl"  # the logged samples are cut back the same way (the trainer does both)
+    samples.write_text("".join(json.dumps({"global_step": s, "text": "x"}) + "\n" for s in (0, 1, 2, 3, 4)))
+    keep_through(samples, 2)
+    assert [r["global_step"] for r in read_metrics(samples)] == [0, 1, 2]
+    keep_through(tmp_path / "absent.jsonl", 2)
+    assert not (tmp_path / "absent.jsonl").exists()
 
 
 def test_training_config_rejects_unknown_keys_and_bad_serving_fields(tmp_path):
