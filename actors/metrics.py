@@ -34,8 +34,8 @@ def keep_through(path: str | Path, last_step: int) -> None:
     """Drop the JSON lines of ``path`` whose ``global_step`` is greater than ``last_step`` (a resumed run
     produces them again): metrics.jsonl and samples.jsonl."""
     path = Path(path)
-    kept = [r for r in read_metrics(path) if r.get("global_step", -1) <= last_step]
     if path.exists():
+        kept = [r for r in read_metrics(path) if r.get("global_step", -1) <= last_step]
         path.write_text("".join(json.dumps(r) + "\n" for r in kept))
 
 

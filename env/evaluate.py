@@ -87,9 +87,10 @@ def regret(verdict: Verdict, optimal_makespan: int) -> float:
     return 1.0 - 0.5 * max(0.0, progress)
 
 
-def _failure(
+def failure_verdict(
     instance: Instance, category: str, agent: int | None, t: int | None, detail: str, progress: float = 0.0
 ) -> Verdict:
+    """The verdict of an invalid plan."""
     return Verdict(instance.id, False, False, False, None, None, category, agent, t, detail, progress=progress)
 
 
@@ -136,7 +137,7 @@ def check_plan(instance: Instance, plan: list[list[str]], grid: Grid | None = No
     starts = [tuple(s) for s in instance.starts]
     goals = [tuple(g) for g in instance.goals]
     if len(plan) != len(starts):
-        return _failure(instance, "wrong_agents", None, None, f"{len(plan)} plans for {len(starts)} agents")
+        return failure_verdict(instance, "wrong_agents", None, None, f"{len(plan)} plans for {len(starts)} agents")
     horizon = max((len(m) for m in plan), default=0)
     trajectories = [[s] for s in starts]
     for t in range(1, horizon + 1):
@@ -145,14 +146,15 @@ def check_plan(instance: Instance, plan: list[list[str]], grid: Grid | None = No
         failure = step_failure(grid, previous, current)
         if failure is not None:
             category, agent, detail = failure
-            return _failure(instance, category, agent, t, detail, goal_progress(grid, starts, goals, previous))
+            return failure_verdict(instance, category, agent, t, detail, goal_progress(grid, starts, goals, previous))
         for trajectory, cell in zip(trajectories, current):
             trajectory.append(cell)
     ends = [trajectory[-1] for trajectory in trajectories]
     for i, (end, goal) in enumerate(zip(ends, goals)):
         if end != goal:
+            progress = goal_progress(grid, starts, goals, ends)
             detail = f"agent {i} ends at {end}, not its goal {goal}"
-            return _failure(instance, "goal_not_reached", i, horizon, detail, goal_progress(grid, starts, goals, ends))
+            return failure_verdict(instance, "goal_not_reached", i, horizon, detail, progress)
     costs = [_arrival_time(tr, g) for tr, g in zip(trajectories, goals)]
     makespan, soc = max(costs, default=0), sum(costs)
     return Verdict(
@@ -180,7 +182,7 @@ def evaluate_parsed(
 ) -> Verdict:
     """Verdict, with its reward, of what ``parse_response`` made of a response."""
     if isinstance(parsed, ParseFailure):
-        verdict = _failure(instance, parsed.category, None, None, parsed.detail)
+        verdict = failure_verdict(instance, parsed.category, None, None, parsed.detail)
     else:
         verdict = check_plan(instance, parsed)
     verdict.reward = (reward or RewardConfig()).reward(verdict)

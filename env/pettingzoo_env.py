@@ -14,7 +14,7 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 from pettingzoo import ParallelEnv
 
-from env.evaluate import RewardConfig, Verdict, goal_progress, step_failure
+from env.evaluate import RewardConfig, Verdict, failure_verdict, goal_progress, step_failure
 from env.grid import MOVE_NAMES, step
 from env.instance import Instance, as_instance
 from env.render import ansi
@@ -65,9 +65,7 @@ class MAPFFrozenLakeParallelEnv(ParallelEnv):
         """The verdict of an episode that ends in ``category`` with the agents last fault-free at ``positions``."""
         starts, goals = [tuple(s) for s in self.instance.starts], [tuple(g) for g in self.instance.goals]
         progress = goal_progress(self.grid, starts, goals, [tuple(p) for p in positions])
-        verdict = Verdict(self.instance.id, False, False, False, None, None, category, agent, self.t, detail)
-        verdict.progress = progress
-        return verdict
+        return failure_verdict(self.instance, category, agent, self.t, detail, progress)
 
     def _observe(self, i: int) -> np.ndarray:
         others = [c for j, p in enumerate(self.positions) if j != i for c in p]
