@@ -3,6 +3,7 @@
 live metrics and the dashboard's state API lists its actors by role."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -10,10 +11,12 @@ import tempfile
 import threading
 import time
 import urllib.request
+import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
+from ray._private.runtime_env.packaging import GCS_STORAGE_MAX_SIZE, _zip_files
 
 from tests.cluster import BIN, end_session, free_port, start_ray_head
 from tests.test_job import job_config
@@ -163,15 +166,9 @@ def test_the_readme_submit_line_works_as_written_against_a_head_with_token_auth(
 def test_the_code_ray_job_submit_ships_stays_under_rays_request_limit(tmp_path):
     """`--working-dir .` zips the checkout minus .gitignore and .rayignore; the head refuses a request over
     100 MiB. The models the jobs read go along, the git history and the sweep records do not."""
-    import logging
-
-    from ray._private.runtime_env.packaging import GCS_STORAGE_MAX_SIZE, _zip_files
-
     package = tmp_path / "package.zip"
     _zip_files(str(ROOT), [], str(package), include_gitignore=True, logger=logging.getLogger("package"))
     assert package.stat().st_size < 0.8 * GCS_STORAGE_MAX_SIZE, f"{package.stat().st_size / 2**20:.1f} MiB"
-    import zipfile
-
     names = zipfile.ZipFile(package).namelist()
     assert "models/base-v1/model.safetensors" in names and "configs/cpu-demo.yaml" in names
     assert not any(name.startswith((".git/", "docs/results/")) for name in names)
