@@ -169,6 +169,7 @@ def test_the_code_ray_job_submit_ships_stays_under_rays_request_limit(tmp_path):
     package = tmp_path / "package.zip"
     _zip_files(str(ROOT), [], str(package), include_gitignore=True, logger=logging.getLogger("package"))
     assert package.stat().st_size < 0.8 * GCS_STORAGE_MAX_SIZE, f"{package.stat().st_size / 2**20:.1f} MiB"
-    names = zipfile.ZipFile(package).namelist()
+    with zipfile.ZipFile(package) as archive:
+        names = archive.namelist()
     assert "models/base-v1/model.safetensors" in names and "configs/cpu-demo.yaml" in names
     assert not any(name.startswith((".git/", "docs/results/")) for name in names)
