@@ -27,7 +27,7 @@ from actors.settings import RunConfig
 from actors.tracking import Tracker
 from actors.validation import Validator, eval_instances
 from env.benchmark import BENCHMARK, VALIDATION, score
-from env.config import EnvConfig, load_config, random_config, save_config
+from env.config import ConfigError, EnvConfig, load_config, random_config, save_config
 from env.instance import Instance, read_instances, write_instances
 from env.render import ansi
 from env.stats import FailureTable
@@ -119,13 +119,19 @@ def run_job(
     log: Log = print,
     on_round: Callable[[int, dict], None] | None = None,
     tracking_group: str | None = None,
+    start: RunDir | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) the main job in ``out``; returns the final benchmark table as a dict. Needs Ray.
     ``on_round(k, summary)`` gets each round's validation summary (a sweep reports it to Tune);
-    ``tracking_group`` groups the tracked runs of a sweep."""
+    ``tracking_group`` groups the tracked runs of a sweep; ``start`` holds the starting policy's scores when
+    someone else scored it (a sweep's shared start; default: the run's own ``start/``)."""
     from actors.trainer import Trainer
 
     run = RunDir(out)
+    start = start or run.start
+    if config.revert_below_start and not config.score_start and not start.validation.exists():
+        raise ConfigError(f"revert_below_start compares with the starting policy's validation: set score_start "
+                          f"(or score it into {start.path})")  # fmt: skip
     run.path.mkdir(parents=True, exist_ok=True)
     run.run_config.write_text(yaml.safe_dump(json.loads(config.model_dump_json()), sort_keys=False))
     name = config.label or run.path.name
@@ -146,10 +152,15 @@ def run_job(
         engineer = start_engineer(config, trainer, model)
         env = round_config(run, 0, round0(config))
         replay = None
+        if config.revert_below_start and trainer.state.global_step == 0:
+            trainer.keep()  # the state round 0 returns to if it ends below the start
         for k in range(config.rounds):
             if trainer.state.round <= k:
                 train_with_progress(trainer, k, env, config.grpo.steps_per_round, log, replay)
             result = validate_round(run.round(k).validation, validator, validation, config, log, k)
+            if config.revert_below_start:
+                floor = read_json(start.validation)["summary"]["valid_rate"]
+                guard_round(run.round(k).guard, trainer, k, result.table.summary()["valid_rate"], floor, log)
             trainer.telemetry.validation(k, result.table.summary())
             if on_round:
                 on_round(k, result.table.summary())
@@ -187,6 +198,26 @@ def round_line(k: int, result: ValidationResult, decision: Decision | None) -> s
         return line
     change = "; ".join(decision.changes) if decision.changes else f"no change ({decision.fallback or 'kept'})"
     return f"{line}; engineer ({decision.backend}): {change[:300]}"
+
+
+def guard_round(path: Path, trainer, k: int, valid_rate: float, floor: float, log: Log) -> dict[str, Any]:
+    """``revert_below_start`` after round ``k``: a validation valid rate below the start's (``floor``) undoes
+    the round (the learners load the kept state: that of the last round which did not end below, or the
+    start's); any other rate keeps the learners' state for the next revert. The learners are touched only
+    while the trainer stands at the round's end: a resumed run redoes an interrupted guard (its checkpoint
+    holds the round's own weights) and never one whose next round has begun. The record goes to ``path``."""
+    at_round_end = trainer.state.round == k + 1 and trainer.state.step == 0
+    if not at_round_end and path.exists():
+        return read_json(path)
+    record = {"round": k, "valid_rate": valid_rate, "floor": floor, "reverted": valid_rate < floor}
+    if at_round_end and record["reverted"]:
+        record["back_to_step"] = trainer.revert()
+        log(f"round {k}: validation valid {valid_rate:.1%} is below the start's {floor:.1%}: undone, back to the "
+            f"state of step {record['back_to_step']}")  # fmt: skip
+    elif at_round_end:
+        trainer.keep()
+    path.write_text(json.dumps(record, indent=1))
+    return record
 
 
 def round_config(run: RunDir, k: int, proposed: EnvConfig | None) -> EnvConfig:

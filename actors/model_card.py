@@ -230,7 +230,7 @@ def ship(
     ``MODEL_CARD.md`` and the run's curves."""
     import yaml
 
-    from actors.checkpoint import latest
+    from actors.checkpoint import final_model
     from actors.pretrain import export_checkpoint
     from actors.validation import serve_answerer
     from serving.deployment import deploy, undeploy
@@ -252,10 +252,10 @@ def ship(
         shutil.copytree(model, out, dirs_exist_ok=True)
     elif rl_run is not None:
         rl_run = Path(rl_run)
-        checkpoint = latest(rl_run)
-        if checkpoint is None:
+        policy = final_model(rl_run)
+        if policy is None:
             raise FileNotFoundError(f"{rl_run} holds no checkpoint to ship")
-        shutil.copytree(checkpoint / "model", out, dirs_exist_ok=True)
+        shutil.copytree(policy, out, dirs_exist_ok=True)
         shutil.copy(rl_run / "run_config.yaml", out / "rl_config.yaml")
         base = Path(yaml.safe_load((rl_run / "run_config.yaml").read_text())["model"])
         shutil.copy(base / "envengineer_model.json", out / "envengineer_model.json")  # the architecture is the base's

@@ -4,10 +4,12 @@ run_config.yaml            the run's config, as given
 metrics.jsonl              one record per GRPO step (and TensorBoard events beside it)
 samples.jsonl              with grpo.log_samples: a few groups of sampled responses per step, scored
 checkpoints/step-N/        the trainer's resume record
+kept/                      revert_below_start: the learners' state a round that validates below the start returns to
 start/                     the starting policy scored before RL: a RunDir with validation.json and final/
 round_<k>/env_config.yaml  the round's environment configuration
 round_<k>/levels.jsonl     plr-levels: the instances the round replays (written before env_config.yaml)
 round_<k>/validation.json  held-out validation after the round's training (summary, table, failed cases)
+round_<k>/guard.json       revert_below_start: the round's valid rate, the start's, and whether it was undone
 round_<k>/engineer/        the engineer's prompt, answers and decision.json
 final/benchmark.json       the benchmark table after the last round
 plots/, report.md          the report
@@ -29,6 +31,7 @@ class RoundDir:
         self.env_config = self.path / "env_config.yaml"
         self.levels = self.path / "levels.jsonl"
         self.validation = self.path / "validation.json"
+        self.guard = self.path / "guard.json"
         self.engineer = self.path / "engineer"
         self.decision = self.engineer / "decision.json"
 
@@ -45,6 +48,7 @@ class RunDir:
         self.benchmark = self.path / "final" / "benchmark.json"
         self.plots = self.path / "plots"
         self.report = self.path / "report.md"
+        self.kept = self.path / "kept"
 
     @property
     def start(self) -> RunDir:

@@ -222,6 +222,11 @@ class RunConfig(TrainConfig):
     score_start: bool = Field(
         True, description="score the starting policy before RL (validation and benchmark) for the report"
     )
+    revert_below_start: bool = Field(
+        False,
+        description="undo a round whose validation valid rate ends below the starting policy's: the learners go "
+        "back to the last state that did not (actors.job.guard_round); needs the start scored",
+    )
     engineer: EngineerConfig = Field(default_factory=EngineerConfig)
     validation: EvalConfig = Field(default_factory=lambda: EvalConfig(agents=[2], per_cell=4))
     benchmark: EvalConfig = Field(default_factory=lambda: EvalConfig(agents=[3, 4, 5], per_cell=10))

@@ -124,6 +124,33 @@ class Trainer:
         return folder
 
     # ------------------------------------------------------------------------------------------
+    # The validation guard (RunConfig.revert_below_start; actors.job.guard_round)
+
+    def keep(self) -> None:
+        """Keep the learners' current state (weights, optimizer, RNG) as the one ``revert`` returns to:
+        ``kept/`` in the run directory, replaced whole once the new copy is complete."""
+        kept = RunDir(self.run_dir).kept
+        fresh, old = kept.with_name("kept.new"), kept.with_name("kept.old")
+        for folder in (fresh, old):
+            shutil.rmtree(folder, ignore_errors=True)
+        fresh.mkdir(parents=True)
+        self.learners.call("save", str(fresh))
+        (fresh / "state.json").write_text(json.dumps({"global_step": self.state.global_step}))
+        if kept.exists():
+            kept.rename(old)
+        fresh.rename(kept)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def revert(self) -> int:
+        """Back to the kept state: the learners load ``kept/`` and the deployment serves it as a new weight
+        version (the step counters go on). Returns the global step the kept state was taken at."""
+        kept = RunDir(self.run_dir).kept
+        self.learners.call("load", str(kept))
+        self.state.version += 1
+        self._publish(self.state.version)
+        return json.loads((kept / "state.json").read_text())["global_step"]
+
+    # ------------------------------------------------------------------------------------------
     # Steps
 
     def _publish(self, version: int) -> dict[str, float]:

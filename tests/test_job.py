@@ -9,6 +9,8 @@ import time
 
 import yaml
 
+from actors.checkpoint import TrainState
+from actors.job import guard_round
 from actors.metrics import read_metrics
 from tests.cluster import BIN
 from tests.reliability.record import record as record_fault
@@ -43,7 +45,7 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     config, out = tmp_path / "run.yaml", tmp_path / "run"
     tracking = {"wandb": {"mode": "offline", "project": "tests"},
                 "mlflow": {"tracking_uri": (tmp_path / "mlruns").as_uri(), "experiment": "job"}}  # fmt: skip
-    config.write_text(yaml.safe_dump(job_config(model) | {"tracking": tracking}))
+    config.write_text(yaml.safe_dump(job_config(model) | {"tracking": tracking, "revert_below_start": True}))
     command = [str(BIN / "envengineer"), "run", str(config), "--out", str(out)]
     environment = os.environ | {"RAY_ADDRESS": ray_cluster}
     with open(tmp_path / "first.log", "w") as log:
@@ -75,9 +77,15 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
         "round_0/env_config.yaml", "round_0/engineer/prompt.md", "round_0/engineer/response.txt",
         "round_1/env_config.yaml", "round_1/validation.json", "final/benchmark.json", "report.md",
         "plots/validation_by_size.png", "plots/config_evolution.png", "plots/failures.png", "plots/reward.png",
-        "start/validation.json", "start/final/benchmark.json",
+        "start/validation.json", "start/final/benchmark.json", "kept/state.json",
     ):  # fmt: skip
         assert (out / name).exists(), name
+    start = json.loads((out / "start" / "validation.json").read_text())["summary"]["valid_rate"]
+    for k in (0, 1):  # the validation guard judged both rounds against the start
+        guard = json.loads((out / f"round_{k}" / "guard.json").read_text())
+        measured = json.loads((out / f"round_{k}" / "validation.json").read_text())["summary"]["valid_rate"]
+        assert guard["floor"] == start and guard["valid_rate"] == measured
+        assert guard["reverted"] == (measured < start) == ("back_to_step" in guard)
     table = json.loads((out / "final" / "benchmark.json").read_text())
     assert "| 3 |" in table["markdown"] and "| 3 |" in rerun.stdout
     report = (out / "report.md").read_text()
@@ -142,3 +150,38 @@ def test_engineer_asks_an_openai_compatible_endpoint_under_the_schema(policy, se
     )
     assert decision.answers and decision.fallback is None  # schema-constrained: always a usable config
     EnvConfig.model_validate(decision.config.to_dict())
+
+
+class GuardedTrainer:
+    """What ``actors.job.guard_round`` uses of a Trainer: where it stands, and what it asked for."""
+
+    def __init__(self, round_: int, step: int = 0):
+        self.state = TrainState(round=round_, step=step)
+        self.calls: list[str] = []
+
+    def keep(self) -> None:
+        self.calls.append("keep")
+
+    def revert(self) -> int:
+        self.calls.append("revert")
+        return 12
+
+
+def test_the_guard_undoes_a_round_below_the_start_and_redoes_itself_only_at_the_rounds_end(tmp_path):
+    path = tmp_path / "guard.json"
+    ended = GuardedTrainer(round_=3)  # round 2 has just ended
+    record = guard_round(path, ended, 2, valid_rate=0.30, floor=0.33, log=lambda line: None)
+    assert ended.calls == ["revert"] and record == json.loads(path.read_text())
+    assert record == {"round": 2, "valid_rate": 0.30, "floor": 0.33, "reverted": True, "back_to_step": 12}
+
+    resumed = GuardedTrainer(round_=3)  # killed before the next checkpoint: that one holds round 2's weights
+    guard_round(path, resumed, 2, valid_rate=0.30, floor=0.33, log=lambda line: None)
+    assert resumed.calls == ["revert"]
+
+    later = GuardedTrainer(round_=3, step=1)  # round 3 has begun from the reverted state: nothing to redo
+    assert guard_round(path, later, 2, valid_rate=0.30, floor=0.33, log=lambda line: None) == record
+    assert later.calls == []
+
+    at_floor = GuardedTrainer(round_=3)
+    assert not guard_round(path, at_floor, 2, valid_rate=0.33, floor=0.33, log=lambda line: None)["reverted"]
+    assert at_floor.calls == ["keep"]

@@ -290,3 +290,39 @@ def test_a_lora_run_trains_adapters_resumes_and_serves_the_merged_weights(warm_m
         assert [r["global_step"] for r in resumed.train_round(1, config.env)] == [2, 3]
     finally:
         resumed.shutdown()
+
+
+def test_the_validation_guard_returns_the_learners_and_the_served_policy_to_the_kept_state(
+    warm_model, ray_cluster, tmp_path
+):
+    """revert_below_start's mechanism: ``keep`` before round 0, a trained round, ``revert``: the learners
+    hold the kept weights again, the deployment serves them as a new version, training goes on, and the
+    run's final policy is ``kept/model`` until a newer checkpoint exists."""
+    from actors.run_dir import RunDir
+
+    model, _ = warm_model
+    config = train_config(model, tmp_path, grpo={"refill": 1})
+    trainer = Trainer(config, deployment="guard")
+    try:
+        trainer.keep()
+        kept = trainer.learners.call("weights")
+        trainer.train_round(0, config.env)
+        trained = trainer.learners.call("weights")
+        assert any(not np.array_equal(kept[name], trained[name]) for name in kept)
+        version = trainer.state.version
+        assert checkpoint.final_model(tmp_path) == checkpoint.latest(tmp_path) / "model"
+        RunDir(tmp_path).round(0).path.mkdir()  # what actors.job.guard_round writes when it undoes round 0
+        RunDir(tmp_path).round(0).guard.write_text(json.dumps({"round": 0, "reverted": True}))
+
+        assert trainer.revert() == 0  # back to the state kept at global step 0
+        reverted = trainer.learners.call("weights")
+        assert all(np.array_equal(kept[name], reverted[name]) for name in kept)
+        assert trainer.policy.weight_version() == trainer.state.version == version + 1
+        assert_serves(trainer, model, kept)
+        assert checkpoint.final_model(tmp_path) == tmp_path / "kept" / "model"
+
+        trainer.train_round(1, config.env)
+        assert checkpoint.final_model(tmp_path) == checkpoint.latest(tmp_path) / "model"
+        assert trainer.state.global_step == 2 * config.grpo.steps_per_round
+    finally:
+        trainer.shutdown()

@@ -153,6 +153,9 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     for variant, accs in (("fixed", (0.1, 0.3)), ("plr", (0.5, 0.5))):
         for seed, acc in enumerate(accs):
             fake_trial(tmp_path / "runs" / trial_name(variant, seed), {3: 0.5, 4: 0.5}, [0.1, 0.2], acc)
+    for seed, reverted in ((0, False), (1, True)):  # revert_below_start's records: fixed-s1 undid round 0
+        guard = tmp_path / "runs" / trial_name("fixed", seed) / "round_0" / "guard.json"
+        guard.write_text(json.dumps({"round": 0, "valid_rate": 0.1, "floor": 0.06, "reverted": reverted}))
     probes = [{"flagged": {"9": "all fail"}}, {"flagged": {}}]  # the proposal's probe, then the revision's
     notes = ["probe: revised by the engineer"]
     decision = {"changes": ["sizes.3.data_ratio: 0.5 -> 0.75"], "fallback": None, "notes": notes, "probes": probes}
@@ -173,7 +176,10 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     text = write_summary(tmp_path, sweep).read_text()
     assert "**fixed** (2 seeds; acc./opt. in %)" in text and "**before RL** (1 model; acc./opt. in %)" in text
     assert "| before RL | - | done | 4.0/2.0 | 6.0/2.0 | - | - |" in text
-    assert "| fixed | 0 | done | 10.0/5.0 | 6.0/2.0 | 10.0/5.0 | 20.0/10.0 |" in text  # trials start there
+    assert "| fixed | 0 | done | 10.0/5.0 | 6.0/2.0 | 10.0/5.0 | 20.0/10.0 | - |" in text  # trials start there
+    assert "| rounds undone (below the start) |" in text and "| fixed | 1 | done | 30.0/15.0 |" in text
+    assert "| 10.0/5.0 | 20.0/10.0 | r0 |" in text
+    assert "| plr | 0 | done | 50.0/25.0 | 6.0/2.0 | 10.0/5.0 | 20.0/10.0 | - |" in text  # no guard: "-"
     assert "| 3 | 20.0/10.0 |" in text and "| 20.0±14.1/10.0±7.1 |" in text  # mean over seeds; Sum with std
     assert "| 50.0/25.0 |" in text and "| 50.0±0.0/25.0±0.0 |" in text
     assert (tmp_path / "summary_configs.png").stat().st_size > 0

@@ -51,6 +51,9 @@ def trial_row(run: RunDir, variant: str, seed: int) -> dict[str, Any]:
     row: dict[str, Any] = {"variant": variant, "seed": seed}
     for r in run.rounds():
         row |= _validation(r.validation, r.index)
+    guards = [read_json(r.guard) for r in run.rounds() if r.guard.exists()]
+    if guards:  # revert_below_start: the rounds the guard undid
+        row["undone"] = [g["round"] for g in guards if g["reverted"]]
     steps = read_metrics(run.metrics) if run.metrics.exists() else []
     for k in sorted({step["round"] for step in steps}):  # the rollouts' valid rate: the training signal
         mine = [step for step in steps if step["round"] == k]
@@ -100,11 +103,14 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     rounds = [c.removeprefix("valid_r") for c in _columns(rows, "valid_r")]
     head = ["variant", "seed", "status"] + [f"{a} agents acc/opt Sum" for a in sums]
     head += [f"val. {_round(k)} valid/opt" for k in rounds]
+    guarded = any("undone" in row for row in rows)
+    head += ["rounds undone (below the start)"] if guarded else []
     lines = ["All figures in %.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["variant"], str(row["seed"]), row["status"]]
         cells += [_pair(row, f"acc_sum_{a}", f"opt_sum_{a}") for a in sums]
         cells += [_pair(row, f"valid_r{k}", f"optimal_r{k}") for k in rounds]
+        cells += [", ".join(f"r{k}" for k in row.get("undone", [])) or "-"] if guarded else []
         lines.append("| " + " | ".join(cells) + " |")
     variants = list(dict.fromkeys(row["variant"] for row in rows))
     head = ["variant", "seeds done"] + [f"{a} agents acc Sum" for a in sums] + [f"{a} agents opt Sum" for a in sums]

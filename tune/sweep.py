@@ -86,7 +86,7 @@ def run_trial(params: dict[str, Any], sweep: Sweep, out: str, model: str | None)
         tune.report({"round": k, "valid_rate": summary["valid_rate"], "optimal_rate": summary["optimal_rate"]})
 
     final = run_job(config, run_dir, log=lambda line: print(f"[{config.label}] {line}", flush=True), on_round=on_round,
-                    tracking_group=Path(out).name)  # fmt: skip
+                    tracking_group=Path(out).name, start=shared_start(Path(out)))  # fmt: skip
     sums = {f"acc_sum_{a}": row["sum"]["acc"] for a, row in final["table"].items()}
     sums |= {f"opt_sum_{a}": row["sum"]["opt"] for a, row in final["table"].items()}
     tune.report({"round": config.rounds, "done": True} | sums)
