@@ -11,13 +11,15 @@ sample like TRL does.
 Prints samples/s and seconds per step for both and their ratio, our step-time breakdown (sample,
 generate, score, train, sync), weight sync as a share of the step and Ray overhead (wall minus parts), and
 our step's model FLOPs utilisation: (2 x parameters x generated tokens + 6 x parameters x trained tokens)
-per second of the step over the bf16 matmul peak measured in the same run (benchmarks/pretrain.py); the
+(+ 2 x parameters x trained tokens for the reference's forward with ``--kl-coef``) per second of the step
+over the bf16 matmul peak measured in the same run (benchmarks/pretrain.py); the
 trained tokens are those the learner's forward passes compute (with shared prompts, a group's prompt once
 per micro-batch). ``--plain-prompts`` also runs ours with ``grpo.shared_prompts: false`` (every sample's
 prompt computed) in the same run, so the two learner paths are compared side by side too.
 
     python benchmarks/rl_throughput.py [--presets tiny 50m] [--steps 4] [--overlap]
     python benchmarks/rl_throughput.py --model models/base-v1 --precision bf16 [--compile] [--plain-prompts]
+    python benchmarks/rl_throughput.py --model models/base-v1 --precision bf16 --kl-coef 0.1   # the demo's KL
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def ours(
     precision: str,
     compile: bool,
     shared_prompts: bool = True,
+    kl_coef: float = 0.0,
 ) -> dict:
     import ray
 
@@ -70,7 +73,7 @@ def ours(
         deepspeed={"precision": precision, "compile": compile},
         grpo=shape
         | {"steps_per_round": steps + 1, "learning_rate": 1e-6, "drop_zero_variance": False, "overlap": overlap}
-        | {"shared_prompts": shared_prompts}
+        | {"shared_prompts": shared_prompts, "kl_coef": kl_coef}
         | {"micro_batch_size": shape["prompts_per_step"] * shape["group_size"] // 2},
         resources={"rollout_workers": 2, "learners": 1, "learner_threads": threads},
         checkpoint={"every_steps": 0, "keep": 1},
@@ -100,7 +103,7 @@ def ours(
     }
 
 
-def trl(model: str, shape: dict, steps: int, threads: int, precision: str) -> dict:
+def trl(model: str, shape: dict, steps: int, threads: int, precision: str, kl_coef: float = 0.0) -> dict:
     from benchmarks.trl_peer import run_trl_grpo
     from env.generator import generate
     from env.prompt import render_prompt
@@ -117,6 +120,7 @@ def trl(model: str, shape: dict, steps: int, threads: int, precision: str) -> di
         threads=threads,
         out_dir=tempfile.mkdtemp(prefix="trl-"),
         bf16=precision == "bf16",
+        beta=kl_coef,
     )
 
 
@@ -141,6 +145,7 @@ def main() -> None:
     parser.add_argument("--model", help="a model folder (e.g. models/base-v1) instead of the presets")
     parser.add_argument("--compile", action="store_true", help="ours: torch.compile the learner's model")
     parser.add_argument("--plain-prompts", action="store_true", help="also ours with every sample's prompt computed")
+    parser.add_argument("--kl-coef", type=float, default=0.0, help="both sides: KL to a frozen reference (TRL's beta)")
     args = parser.parse_args()
     from benchmarks.peak import matmul_peak_gflops
 
@@ -153,13 +158,15 @@ def main() -> None:
             model = args.model or str(init_model(Path(folder) / preset, PRESETS[preset]))
             run = str(Path(folder) / "run")
             settings = (shape, args.steps, args.overlap, args.threads, args.precision, args.compile)
-            mine = ours(model, run, *settings)
-            plain = ours(model, run + "-plain", *settings, shared_prompts=False) if args.plain_prompts else None
-            peer = trl(model, shape, args.steps, args.threads, args.precision)
+            mine = ours(model, run, *settings, kl_coef=args.kl_coef)
+            plain = None
+            if args.plain_prompts:
+                plain = ours(model, run + "-plain", *settings, shared_prompts=False, kl_coef=args.kl_coef)
+            peer = trl(model, shape, args.steps, args.threads, args.precision, args.kl_coef)
             parameters = count_parameters(model)  # while a preset's folder exists
         for measured in filter(None, (mine, plain)):
             flops = 2 * parameters * measured["generated_tokens_per_step"]
-            flops += 6 * parameters * measured["trained_tokens_per_step"]
+            flops += (6 + (2 if args.kl_coef else 0)) * parameters * measured["trained_tokens_per_step"]  # + reference
             measured["mfu"] = flops / measured["seconds_per_step"] / (peak * 1e9)
         results[preset] = {"shape": shape, "ours": mine, "trl": peer, "parameters": parameters, "peak_gflops": peak}
         if plain:

@@ -2,8 +2,8 @@
 
 One optimizer step is one generation round: ``prompts_per_step`` prompts x ``group_size`` samples generated with
 transformers ``generate`` (no vLLM), scored by the project's evaluator, then trained on in ``prompts_per_step``
-micro-batches of one prompt group each (gradient accumulation), fp32, no reference model (beta 0). The first step
-is a warm-up; the next ``steps`` are timed with callback timestamps, generation included.
+micro-batches of one prompt group each (gradient accumulation), fp32, no reference model unless ``beta`` > 0. The
+first step is a warm-up; the next ``steps`` are timed with callback timestamps, generation included.
 
     PYTHONPATH=. python benchmarks/trl_peer.py    # smoke run on the tiny model
 """
@@ -28,6 +28,7 @@ def run_trl_grpo(
     threads: int = 2,
     out_dir: str = "/tmp/trl-peer",
     bf16: bool = False,
+    beta: float = 0.0,
 ) -> dict:
     """Time ``steps`` GRPO optimizer steps (after one untimed warm-up step) of TRL on ``model_path``.
 
@@ -67,7 +68,7 @@ def run_trl_grpo(
         max_completion_length=max_tokens,
         temperature=temperature,
         learning_rate=learning_rate,
-        beta=0.0,
+        beta=beta,  # KL to a frozen reference (0: none is loaded)
         seed=seed,
         logging_steps=1,
         save_strategy="no",
