@@ -126,10 +126,19 @@ class Trainer:
     # ------------------------------------------------------------------------------------------
     # The validation guard (RunConfig.revert_below_start; actors.job.guard_round)
 
+    def _kept(self) -> Path:
+        """``kept/`` in the run directory (put back from ``kept.old`` if a replacement stopped between its
+        two renames)."""
+        kept = RunDir(self.run_dir).kept
+        old = kept.with_name("kept.old")
+        if not kept.exists() and (old / "state.json").exists():
+            old.rename(kept)
+        return kept
+
     def keep(self) -> None:
         """Keep the learners' current state (weights, optimizer, RNG) as the one ``revert`` returns to:
-        ``kept/`` in the run directory, replaced whole once the new copy is complete."""
-        kept = RunDir(self.run_dir).kept
+        ``kept/``, replaced whole once the new copy is complete."""
+        kept = self._kept()
         fresh, old = kept.with_name("kept.new"), kept.with_name("kept.old")
         for folder in (fresh, old):
             shutil.rmtree(folder, ignore_errors=True)
@@ -144,7 +153,7 @@ class Trainer:
     def revert(self) -> int:
         """Back to the kept state: the learners load ``kept/`` and the deployment serves it as a new weight
         version (the step counters go on). Returns the global step the kept state was taken at."""
-        kept = RunDir(self.run_dir).kept
+        kept = self._kept()
         self.learners.call("load", str(kept))
         self.state.version += 1
         self._publish(self.state.version)

@@ -185,3 +185,16 @@ def test_the_guard_undoes_a_round_below_the_start_and_redoes_itself_only_at_the_
     at_floor = GuardedTrainer(round_=3)
     assert not guard_round(path, at_floor, 2, valid_rate=0.33, floor=0.33, log=lambda line: None)["reverted"]
     assert at_floor.calls == ["keep"]
+
+
+def test_a_kept_state_cut_off_between_its_renames_is_put_back(tmp_path):
+    from types import SimpleNamespace
+
+    from actors.trainer import Trainer
+
+    old = tmp_path / "kept.old"  # keep() renamed kept/ away and stopped before the new copy took its place
+    old.mkdir()
+    (old / "state.json").write_text(json.dumps({"global_step": 12}))
+    kept = Trainer._kept(SimpleNamespace(run_dir=tmp_path))
+    assert kept == tmp_path / "kept" and json.loads((kept / "state.json").read_text()) == {"global_step": 12}
+    assert not old.exists()
