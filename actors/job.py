@@ -152,14 +152,15 @@ def run_job(
         engineer = start_engineer(config, trainer, model)
         env = round_config(run, 0, round0(config))
         replay = None
-        if config.revert_below_start and trainer.state.global_step == 0:
-            trainer.keep()  # the state round 0 returns to if it ends below the start
+        if config.revert_below_start:
+            floor = read_json(start.validation)["summary"]["valid_rate"]
+            if trainer.state.global_step == 0:
+                trainer.keep()  # the state round 0 returns to if it ends below the start
         for k in range(config.rounds):
             if trainer.state.round <= k:
                 train_with_progress(trainer, k, env, config.grpo.steps_per_round, log, replay)
             result = validate_round(run.round(k).validation, validator, validation, config, log, k)
             if config.revert_below_start:
-                floor = read_json(start.validation)["summary"]["valid_rate"]
                 guard_round(run.round(k).guard, trainer, k, result.table.summary()["valid_rate"], floor, log)
             trainer.telemetry.validation(k, result.table.summary())
             if on_round:
