@@ -77,14 +77,13 @@ def final_model(run_dir: str | Path) -> Path | None:
     """The run's policy now, in Hugging Face format: the newest checkpoint's ``model/``, or ``kept/model``
     when the validation guard undid the round that checkpoint ends (``revert_below_start``: the learners and
     the deployment went back to the kept state, which no checkpoint holds until the next one)."""
-    from actors.run_dir import RunDir, read_json
+    from actors.run_dir import RunDir
 
     newest = latest(run_dir)
     if newest is None:
         return None
     state = json.loads((newest / "state.json").read_text())
-    guard = RunDir(run_dir).round(state["round"] - 1).guard
-    if state["step"] == 0 and guard.exists() and read_json(guard)["reverted"]:
+    if state["step"] == 0 and RunDir(run_dir).round(state["round"] - 1).undone():
         return RunDir(run_dir).kept / "model"
     return newest / "model"
 

@@ -139,7 +139,7 @@ def write_report(out: str | Path) -> Path:
                 changes = "; ".join(made["changes"]) or "none"
                 if made.get("fallback"):
                     changes = f"none: {made['fallback']} ({'; '.join(made.get('notes') or [])[:200]})"
-            if r.guard.exists() and read_json(r.guard)["reverted"]:
+            if r.undone():
                 changes = f"round undone (below the start's validation); {changes}"
             lines.append(f"| {r.index} | {summary['valid_rate']:.1%} | {summary['optimal_rate']:.1%} | {changes} |")
         lines += ["", "![validation](plots/validation_by_size.png)", "![configs](plots/config_evolution.png)"]

@@ -35,6 +35,10 @@ class RoundDir:
         self.engineer = self.path / "engineer"
         self.decision = self.engineer / "decision.json"
 
+    def undone(self) -> bool:
+        """Whether the validation guard undid the round (``revert_below_start``)."""
+        return self.guard.exists() and read_json(self.guard)["reverted"]
+
 
 class RunDir:
     """A run folder (or the scored start inside one, which has the same validation and final files)."""

@@ -51,9 +51,8 @@ def trial_row(run: RunDir, variant: str, seed: int) -> dict[str, Any]:
     row: dict[str, Any] = {"variant": variant, "seed": seed}
     for r in run.rounds():
         row |= _validation(r.validation, r.index)
-    guards = [read_json(r.guard) for r in run.rounds() if r.guard.exists()]
-    if guards:  # revert_below_start: the rounds the guard undid
-        row["undone"] = [g["round"] for g in guards if g["reverted"]]
+    if any(r.guard.exists() for r in run.rounds()):  # revert_below_start: the rounds the guard undid
+        row["undone"] = [r.index for r in run.rounds() if r.undone()]
     steps = read_metrics(run.metrics) if run.metrics.exists() else []
     for k in sorted({step["round"] for step in steps}):  # the rollouts' valid rate: the training signal
         mine = [step for step in steps if step["round"] == k]
