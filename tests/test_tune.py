@@ -194,6 +194,32 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     assert (tmp_path / "part.png").exists() and (tmp_path / "part_configs.png").exists()
 
 
+def fake_record(run_dir, name: str, solved: list[str]) -> None:
+    """A rescore record (tune.rescore) of a policy that solves exactly ``solved`` of four 3-agent instances."""
+    ids = [f"bench/a3/s05/wr0.50/{k:03d}" for k in range(4)]
+    rate = 100.0 * len(solved) / len(ids)
+    table = {"3": {"sizes": {"5": {"acc": rate, "opt": rate, "n": 4}}, "sum": {"acc": rate, "opt": rate}}}
+    record = {"suite": "benchmark", "per_cell": None, "max_tokens": 320, "instances": 4, "model": "m", "table": table}
+    (run_dir / "rescore").mkdir(parents=True)
+    (run_dir / "rescore" / f"{name}.json").write_text(json.dumps(record | {"valid": solved, "optimal": solved}))
+
+
+def test_the_rescore_summary_pairs_each_trial_with_the_start(tmp_path):
+    from tune.rescore import main as rescore_main
+
+    sweep_file = write_sweep(tmp_path, job_config("tiny"), variants={"kl": {}}, seeds=[0, 1])
+    ids = [f"bench/a3/s05/wr0.50/{k:03d}" for k in range(4)]
+    fake_record(tmp_path / "shared" / "start", "full", ids[:2])
+    fake_record(tmp_path / "runs" / "kl-s0", "full", ids[1:4])  # gains 2, loses 1
+    fake_record(tmp_path / "runs" / "kl-s1", "full", ids[:2])  # the same instances as the start
+    rescore_main([sweep_file, str(tmp_path), "--name", "full", "--summary-only"])  # no engine: records only
+    text = (tmp_path / "full.md").read_text()
+    assert "Greedy, the full benchmark (4 instances, completions <= 320 tokens)" in text
+    assert "| before RL | - | 50.0/50.0 | - |" in text
+    assert "| kl | 0 | 75.0/75.0 | 2/1 |" in text and "| kl | 1 | 50.0/50.0 | 0/0 |" in text
+    assert "| kl | 2 | 62.5±17.7 | 62.5±17.7 | +12.5±17.7 |" in text  # the change is per seed, then averaged
+
+
 def test_extend_sweep_copies_finished_trials_without_their_benchmark(tmp_path):
     from scripts.extend_sweep import extend
 

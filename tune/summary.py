@@ -89,7 +89,7 @@ def _pair(row: dict[str, Any], first: str, second: str) -> str:
     return f"{100 * row[first]:.1f}/{100 * row[second]:.1f}"
 
 
-def _mean_std(values: list[float], digits: int) -> str:
+def mean_std(values: list[float], digits: int) -> str:
     if not values:
         return "-"
     if len(values) == 1:
@@ -122,11 +122,11 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         done = [r for r in rows if r["variant"] == variant and r["status"] == "done"]
         mine = [r for r in rows if r["variant"] == variant]
         cells = [variant, f"{len(done)}/{len(mine)}"]
-        cells += [_mean_std([100 * r[f"acc_sum_{a}"] for r in done], 1) for a in sums]
-        cells += [_mean_std([100 * r[f"opt_sum_{a}"] for r in done], 1) for a in sums]
-        cells += [_mean_std([100 * r[f"valid_r{k}"] for r in mine if f"valid_r{k}" in r], 1) for k in rounds]
-        cells += [_mean_std([100 * r[key] for r in mine if (key := f"rollout_valid_r{k}") in r], 1) for k in trained]
-        cells += [_mean_std([100 * r[key] for r in mine if (key := f"rollout_signal_r{k}") in r], 1) for k in signal]
+        cells += [mean_std([100 * r[f"acc_sum_{a}"] for r in done], 1) for a in sums]
+        cells += [mean_std([100 * r[f"opt_sum_{a}"] for r in done], 1) for a in sums]
+        cells += [mean_std([100 * r[f"valid_r{k}"] for r in mine if f"valid_r{k}" in r], 1) for k in rounds]
+        cells += [mean_std([100 * r[key] for r in mine if (key := f"rollout_valid_r{k}") in r], 1) for k in trained]
+        cells += [mean_std([100 * r[key] for r in mine if (key := f"rollout_signal_r{k}") in r], 1) for k in signal]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -194,7 +194,7 @@ def benchmark_tables(out: Path, sweep: Sweep) -> str:
                 mean = {key: statistics.mean(f[key] for f in found) for key in ("acc", "opt")} if found else None
                 cells.append(f"{mean['acc']:.1f}/{mean['opt']:.1f}" if mean else "-")
             sums = {key: [t[agents]["sum"][key] for t in tables] for key in ("acc", "opt")}  # already in %
-            cells.append(f"{_mean_std(sums['acc'], 1)}/{_mean_std(sums['opt'], 1)}")
+            cells.append(f"{mean_std(sums['acc'], 1)}/{mean_std(sums['opt'], 1)}")
             lines.append(f"| {agents} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)

@@ -125,6 +125,12 @@ def trial_progress_class():
     return TrialProgress
 
 
+def starting_policy(base: RunConfig, shared: str | None) -> str | None:
+    """The policy every trial starts from: the shared warm start if the sweep built one, else the base
+    config's model folder when the trials do not warm-start it themselves (None: no common start)."""
+    return shared or (base.model if not base.warm_start and Path(base.model).is_dir() else None)
+
+
 def run_sweep(sweep: Sweep, out: str | Path, resume: bool = False, log=print) -> Path:
     """Run (or resume) the sweep into ``out`` on the connected Ray cluster; returns the summary's path."""
     import ray
@@ -143,7 +149,7 @@ def run_sweep(sweep: Sweep, out: str | Path, resume: bool = False, log=print) ->
     if sweep.settings.shared_warm_start:
         model = prepare_model(base, out / "shared", log)
         log(f"all trials start from {model}")
-    start = model or (base.model if not base.warm_start and Path(base.model).is_dir() else None)
+    start = starting_policy(base, model)
     if sweep.settings.score_start and start:
         score_start(base, start, shared_start(out), log)  # the summary's "before RL" row
     configs = {key: sweep.trial_config(*key, model) for key in sweep.configs}
