@@ -75,6 +75,7 @@ def rescore(out: Path, sweep: Sweep, name: str, per_cell: int | None, max_tokens
     from actors.validation import suite_instances
     from cli.training import connect_ray
 
+    out = out.resolve()
     instances = suite_instances(BENCHMARK, list(BENCHMARK.agent_counts), per_cell)
     settings = {"suite": BENCHMARK.name, "per_cell": per_cell, "max_tokens": max_tokens, "instances": len(instances)}
     todo = [(v, s, run) for v, s, run in policies(out, sweep) if not record_path(run, name).exists()]
@@ -83,7 +84,8 @@ def rescore(out: Path, sweep: Sweep, name: str, per_cell: int | None, max_tokens
         connect_ray(1)
     for variant, seed, run, model in work:
         log(f"{name}: scoring {variant} seed {seed} ({model}) on {len(instances)} instances")
-        record = settings | {"model": model} | score_policy(model, sweep, instances, max_tokens, f"rescore-{name}")
+        shown = Path(model).relative_to(out) if Path(model).is_relative_to(out) else model  # no machine paths
+        record = settings | {"model": str(shown)} | score_policy(model, sweep, instances, max_tokens, f"rescore-{name}")
         record_path(run, name).parent.mkdir(parents=True, exist_ok=True)
         record_path(run, name).write_text(json.dumps(record, indent=1))
         log(f"{name}: {variant} seed {seed}: " + sums_text(record["table"]))
