@@ -204,6 +204,14 @@ def fake_record(run_dir, name: str, solved: list[str]) -> None:
     (run_dir / "rescore" / f"{name}.json").write_text(json.dumps(record | {"valid": solved, "optimal": solved}))
 
 
+def test_mcnemar_p_values_match_the_binomial_test():
+    from tune.rescore import mcnemar_p
+
+    assert mcnemar_p(0, 0) == 1.0 and mcnemar_p(3, 3) == 1.0
+    assert mcnemar_p(6, 0) == pytest.approx(2 / 64)  # all six changes one way
+    assert mcnemar_p(20, 8) == pytest.approx(0.0357, abs=1e-4) == mcnemar_p(8, 20)  # scipy.stats.binomtest
+
+
 def test_the_rescore_summary_pairs_each_trial_with_the_start(tmp_path):
     from tune.rescore import main as rescore_main
 
@@ -216,7 +224,7 @@ def test_the_rescore_summary_pairs_each_trial_with_the_start(tmp_path):
     text = (tmp_path / "full.md").read_text()
     assert "Greedy, the full benchmark (4 instances, completions <= 320 tokens)" in text
     assert "| before RL | - | 50.0/50.0 | - |" in text
-    assert "| kl | 0 | 75.0/75.0 | 2/1 |" in text and "| kl | 1 | 50.0/50.0 | 0/0 |" in text
+    assert "| kl | 0 | 75.0/75.0 | 2/1 (p 1) |" in text and "| kl | 1 | 50.0/50.0 | 0/0 (p 1) |" in text
     assert "| kl | 2 | 62.5±17.7 | 62.5±17.7 | +12.5±17.7 |" in text  # the change is per seed, then averaged
 
 

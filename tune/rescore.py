@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,21 @@ def gained_lost(record: dict, start: dict, agents: int) -> tuple[int, int]:
     return len(mine - theirs), len(theirs - mine)
 
 
+def mcnemar_p(gained: int, lost: int) -> float:
+    """Exact two-sided McNemar p-value: how likely a split at least this uneven of the instances that changed
+    would be if gaining and losing one were equally likely (a binomial test at 1/2)."""
+    changed = gained + lost
+    if changed == 0:
+        return 1.0
+    tail = sum(math.comb(changed, k) for k in range(min(gained, lost) + 1)) / 2**changed
+    return min(1.0, 2 * tail)
+
+
+def _gained_lost_cell(record: dict, start: dict, agents: int) -> str:
+    gained, lost = gained_lost(record, start, agents)
+    return f"{gained}/{lost} (p {mcnemar_p(gained, lost):.2g})"
+
+
 def to_markdown(out: Path, sweep: Sweep, name: str) -> str:
     """Per policy its Sums and, for the trials, the instances gained/lost against the start; then the mean
     ± std over seeds per variant and its change against the start."""
@@ -122,7 +138,7 @@ def to_markdown(out: Path, sweep: Sweep, name: str) -> str:
     lines = [
         f"Greedy, {scope} ({first['instances']} instances, completions <= {first['max_tokens']} tokens); "
         "acc./opt. Sum in %; gained/lost: instances solved (valid) by the trial and not by the start, and "
-        "the reverse.",
+        "the reverse, with the exact McNemar p-value of that split (instance noise only, not seed noise).",
         "",
     ]
     head = ["variant", "seed"] + [f"{a} agents acc/opt Sum" for a in agents]
@@ -132,7 +148,7 @@ def to_markdown(out: Path, sweep: Sweep, name: str) -> str:
         table = record["table"]
         cells = [variant, seed] + [f"{table[a]['sum']['acc']:.1f}/{table[a]['sum']['opt']:.1f}" for a in agents]
         if start:
-            cells += ["-" if variant == START else "{}/{}".format(*gained_lost(record, start, int(a))) for a in agents]
+            cells += ["-" if variant == START else _gained_lost_cell(record, start, int(a)) for a in agents]
         lines.append("| " + " | ".join(cells) + " |")
     head = ["variant", "seeds"] + [f"{a} agents acc Sum" for a in agents] + [f"{a} agents opt Sum" for a in agents]
     head += [f"{a} agents acc. change" for a in agents] if start else []
