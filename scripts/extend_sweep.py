@@ -29,7 +29,8 @@ def extend(source: Path, target: Path, old: str, new: str, seeds: list[int]) -> 
             raise SystemExit(f"{src.path} has not finished (no {src.benchmark.name}); finish it first")
         if dst.path.exists():
             raise SystemExit(f"{dst.path} exists; remove it or resume the longer sweep as it is")
-        shutil.copytree(src.path, dst.path, ignore=shutil.ignore_patterns("tensorboard", "plots", "report.md"))
+        skip = shutil.ignore_patterns("tensorboard", "plots", "report.md", "rescore")  # rescore: tune.rescore's
+        shutil.copytree(src.path, dst.path, ignore=skip)  # records of the shorter run's final policy
         shutil.rmtree(dst.benchmark.parent)  # the benchmark is taken again after the last round
         copies.append(dst.path)
     start_src, start_dst = shared_start(source), shared_start(target)

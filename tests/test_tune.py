@@ -238,11 +238,13 @@ def test_extend_sweep_copies_finished_trials_without_their_benchmark(tmp_path):
         checkpoint.mkdir(parents=True)
         (checkpoint / "state.json").write_text("{}")
     fake_trial(short / "shared" / "start", {3: 1.0}, [], 0.04)
+    fake_record(short / "runs" / "a-s0", "full", [])  # tune.rescore's record of the shorter run's policy
     copies = extend(short, long, "a", "b", [0, 1])
     assert [p.name for p in copies] == ["b-s0", "b-s1"]
     for copy in copies:  # the rounds and the checkpoint to resume from stay; the benchmark is taken again
         assert (copy / "checkpoints" / "step-000004" / "state.json").exists()
         assert (copy / "round_1" / "validation.json").exists() and not (copy / "final").exists()
+        assert not (copy / "rescore").exists()
     assert (long / "shared" / "start" / "final" / "benchmark.json").exists()  # the start, scored once
     with pytest.raises(SystemExit, match="exists"):
         extend(short, long, "a", "b", [0])
