@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.run_dir import RunDir, read_json
-from env.benchmark import BENCHMARK, score
+from env.benchmark import BENCHMARK, parse_id, score
 from env.instance import Instance
 from tune.spec import Sweep, load_sweep, shared_start, trial_dir
 from tune.summary import START, mean_std
@@ -101,8 +101,7 @@ def sums_text(table: dict) -> str:
 
 def gained_lost(record: dict, start: dict, agents: int) -> tuple[int, int]:
     """Instances with ``agents`` agents the policy solves (valid) and the start does not, and the reverse."""
-    mine = {i for i in record["valid"] if f"/a{agents}/" in i}
-    theirs = {i for i in start["valid"] if f"/a{agents}/" in i}
+    mine, theirs = ({i for i in ids if parse_id(i)["agents"] == agents} for ids in (record["valid"], start["valid"]))
     return len(mine - theirs), len(theirs - mine)
 
 
