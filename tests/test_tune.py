@@ -265,3 +265,16 @@ def test_every_shipped_config_loads(path):
         PretrainConfig.load(path)
     else:
         load_run_config(path)
+
+
+def test_the_one_run_lift_recipe_is_the_guard_12_rows_seed_0():
+    """configs/grpo-lift.yaml (README, docs/results.md) trains as the measured guard-12 trial of seed 0 does."""
+    from actors.settings import load_run_config
+
+    configs = Path(__file__).parents[1] / "configs"
+    recipe = load_run_config(configs / "grpo-lift.yaml").model_dump()
+    trial = load_sweep(configs / "sweep-grpo-guard-12.yaml").trial_config("kl-0.1-guard-12-rounds", 0).model_dump()
+    for config in (recipe, trial):
+        config.pop("label"), config.pop("score_start")  # the sweep scores its start once for every trial
+        config["engineer"].pop("max_tokens")  # `fixed` writes nothing
+    assert recipe == trial
