@@ -195,21 +195,22 @@ class Trainer:
             for w, share in shares.items()
         ]
 
-    def _refill(self, env: EnvConfig, round_index: int, step: int, global_step: int, refs: list, summaries: list,
-                replay: ReplaySet | None = None):  # fmt: skip
+    def _refill(self, env: EnvConfig, round_index: int, step: int, global_step: int, refs: list,
+                summaries: list[RolloutSummary], replay: ReplaySet | None = None):  # fmt: skip
         """Dynamic sampling: while the step has fewer groups with signal than ``prompts_per_step``, draw that
-        many more instances (at most ``grpo.refill`` times); returns all references and summaries and the
-        number of refills."""
+        many more instances (at most ``grpo.refill`` times); returns all references and the workers'
+        summaries of each draw, one list a draw (the step's own, then its refills: they run one after another)."""
         grpo = self.config.grpo
-        refills = 0
+        draws = [summaries]
         for attempt in range(1, grpo.refill + 1):
-            missing = grpo.prompts_per_step - sum(s.signal_groups for s in summaries)
+            missing = grpo.prompts_per_step - sum(s.signal_groups for draw in draws for s in draw)
             if missing <= 0:
                 break
             ray.get(self._launch(env, round_index, step, global_step, missing, attempt, replay))
             more_refs, more = ray.get(self.buffer.take.remote(global_step, list(self._shares(missing)), attempt))
-            refs, summaries, refills = refs + more_refs, summaries + more, attempt
-        return refs, summaries, refills
+            refs = refs + more_refs
+            draws.append(more)
+        return refs, draws
 
     def train_round(
         self,
@@ -243,9 +244,7 @@ class Trainer:
                     )
                     workers = list(self._shares(self.config.grpo.prompts_per_step))
                     refs, summaries = ray.get(self.buffer.take.remote(global_step, workers))
-                    refs, summaries, refills = self._refill(
-                        env, round_index, step, global_step, refs, summaries, replay
-                    )
+                    refs, draws = self._refill(env, round_index, step, global_step, refs, summaries, replay)
                 pending = None
                 if self.config.grpo.overlap and step + 1 < steps:
                     pending = self._launch(env, round_index, step + 1, global_step + 1, replay=replay)
@@ -263,9 +262,9 @@ class Trainer:
             self.state.step += 1
             self.state.global_step += 1
             times = {key: stages.seconds[key] for key in ("rollout", "train", "wait_next", "sync", "wall")}
-            record = step_record(round_index, step, global_step, summaries, train, sync, times, trained_version)
+            record = step_record(round_index, step, global_step, draws, train, sync, times, trained_version)
             record["weight_version"] = self.state.version
-            record["refills"] = refills
+            record["refills"] = len(draws) - 1
             self.metrics.write(record, global_step)
             if self.tracker:
                 self.tracker.step(record)
@@ -316,21 +315,24 @@ def step_record(
     round_index: int,
     step: int,
     global_step: int,
-    summaries: list[RolloutSummary],
+    draws: list[list[RolloutSummary]],
     train: dict,
     sync: dict,
     times: dict[str, float],
     trained_version: int,
 ) -> dict[str, Any]:
-    """One step's metrics from the workers' summaries, the learners' statistics and the driver's clocks.
+    """One step's metrics from the workers' summaries (one list a draw: the step's own, then its refills),
+    the learners' statistics and the driver's clocks.
 
-    The rollout parts run in parallel over workers: each part's time is the slowest worker's. Ray overhead
-    is the step's wall time minus its parts (sample, generate, score, train, sync)."""
+    Within a draw the workers run in parallel, so each rollout part's time is the slowest worker's; the
+    draws run one after another, so their parts add up. Ray overhead is the step's wall time minus its parts
+    (sample, generate, score, train, sync)."""
+    summaries = [s for draw in draws for s in draw]
     samples = sum(s.samples for s in summaries)
     failures = Counter()
     for s in summaries:
         failures.update(s.failures)
-    parts = {key: max(s.times[key] for s in summaries) for key in ("sample", "generate", "score")}
+    parts = {key: sum(max(s.times[key] for s in draw) for draw in draws) for key in ("sample", "generate", "score")}
     parts |= {"train": times["train"], "sync": sync["gather"] + sync["load"]}
     versions = [v for s in summaries for v in s.weight_versions]
     n = max(samples, 1)

@@ -244,3 +244,26 @@ def test_shipped_configs_load():
     assert load_run_config(configs / "qwen3-4b.yaml").deepspeed.zero_stage == 3
     lora = load_run_config(configs / "qwen3-4b-lora.yaml")
     assert lora.grpo.lora.rank == 32 and lora.resources.learners == 1
+
+
+def test_a_steps_record_adds_its_draws_times_and_takes_each_draws_slowest_worker():
+    """Dynamic sampling's refills run after the step's own draw: their rollout times add to the step's parts
+    instead of showing up as Ray overhead."""
+    from actors.trainer import step_record
+    from actors.trajectory import RolloutSummary
+
+    def summary(worker: int, generate: float, samples: int = 8) -> RolloutSummary:
+        return RolloutSummary(
+            worker=worker, instances=1, replayed=0, skipped=0, samples=samples, prompt_tokens=100,
+            response_tokens=50, reward_sum=2.0, valid=2, optimal=1, signal_groups=1, failures={"hole": 6},
+            weight_versions=[3], digest={}, times={"sample": 0.5, "generate": generate, "score": 0.1},
+        )  # fmt: skip
+
+    draws = [[summary(0, 3.0), summary(1, 5.0)], [summary(0, 2.0)]]  # the step's draw, then one refill
+    times = {"rollout": 8.0, "train": 10.0, "wait_next": 0.0, "sync": 1.0, "wall": 20.0}
+    record = step_record(0, 1, 1, draws, {"skipped": False}, {"gather": 0.25, "load": 0.5}, times, 3)
+    assert record["time"]["generate"] == 7.0 and record["time"]["sample"] == 1.0
+    assert record["time"]["score"] == pytest.approx(0.2)
+    assert record["time"]["ray_overhead"] == pytest.approx(20.0 - (1.0 + 7.0 + 0.2 + 10.0 + 0.75))
+    assert record["samples"] == 24 and record["tokens_per_s"] == pytest.approx(150 / 7.0)
+    assert record["valid_rate"] == pytest.approx(6 / 24) and record["failures"]["hole"] == pytest.approx(18 / 24)
