@@ -228,6 +228,20 @@ def test_the_rescore_summary_pairs_each_trial_with_the_start(tmp_path):
     assert "| kl | 2 | 62.5±17.7 | 62.5±17.7 | +12.5±17.7 |" in text  # the change is per seed, then averaged
 
 
+def test_the_rescore_summary_pairs_trials_with_a_named_variant(tmp_path):
+    from tune.rescore import main as rescore_main
+
+    sweep_file = write_sweep(tmp_path, job_config("tiny"), variants={"g8": {}, "g4": {}}, seeds=[0, 1])
+    ids = [f"bench/a3/s05/wr0.50/{k:03d}" for k in range(4)]
+    fake_record(tmp_path / "runs" / "g8-s0", "full", ids[:2])
+    fake_record(tmp_path / "runs" / "g4-s0", "full", ids[1:4])  # against g8-s0: gains 2, loses 1
+    fake_record(tmp_path / "runs" / "g4-s1", "full", ids)  # g8-s1 has no record: no pair
+    rescore_main([sweep_file, str(tmp_path), "--name", "full", "--summary-only", "--against", "g8"])
+    text = (tmp_path / "full.md").read_text()
+    assert "| variant | seed | 3 agents gained/lost vs g8 |" in text
+    assert "| g4 | 0 | 2/1 (p 1) |" in text and "| g4 | 1 |" not in text.split("vs g8 |")[1]
+
+
 def test_extend_sweep_copies_finished_trials_without_their_benchmark(tmp_path):
     from scripts.extend_sweep import extend
 

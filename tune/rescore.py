@@ -71,7 +71,9 @@ def score_policy(model: str, sweep: Sweep, instances: list[Instance], max_tokens
     }
 
 
-def rescore(out: Path, sweep: Sweep, name: str, per_cell: int | None, max_tokens: int, log=print) -> Path:
+def rescore(
+    out: Path, sweep: Sweep, name: str, per_cell: int | None, max_tokens: int, against: str | None = None, log=print
+) -> Path:
     """Score every policy of the sweep that has no ``name`` record yet, then write ``<out>/<name>.md``."""
     from actors.validation import suite_instances
     from cli.training import connect_ray
@@ -91,7 +93,7 @@ def rescore(out: Path, sweep: Sweep, name: str, per_cell: int | None, max_tokens
         record_path(run, name).write_text(json.dumps(record, indent=1))
         log(f"{name}: {variant} seed {seed}: " + sums_text(record["table"]))
     summary = out / f"{name}.md"
-    summary.write_text(to_markdown(out, sweep, name))
+    summary.write_text(to_markdown(out, sweep, name, against))
     return summary
 
 
@@ -120,9 +122,10 @@ def _gained_lost_cell(record: dict, start: dict, agents: int) -> str:
     return f"{gained}/{lost} (p {mcnemar_p(gained, lost):.2g})"
 
 
-def to_markdown(out: Path, sweep: Sweep, name: str) -> str:
+def to_markdown(out: Path, sweep: Sweep, name: str, against: str | None = None) -> str:
     """Per policy its Sums and, for the trials, the instances gained/lost against the start; then the mean
-    ± std over seeds per variant and its change against the start."""
+    ± std over seeds per variant and its change against the start; with ``against`` (a variant), each other
+    trial paired with that variant's trial of the same seed."""
     records = {
         (variant, seed): read_json(record_path(run, name))
         for variant, seed, run in policies(out, sweep)
@@ -165,7 +168,25 @@ def to_markdown(out: Path, sweep: Sweep, name: str) -> str:
                 for a in agents
             ]
         lines.append("| " + " | ".join(cells) + " |")
+    if against:
+        lines += _against_table(records, against, agents)
     return "\n".join(lines) + "\n"
+
+
+def _against_table(records: dict[tuple[str, str], dict], against: str, agents: list[str]) -> list[str]:
+    """Each trial beside ``against``'s trial of the same seed: instances gained/lost and the McNemar p."""
+    pairs = [
+        (variant, seed, record, records[(against, seed)])
+        for (variant, seed), record in records.items()
+        if variant not in (START, against) and (against, seed) in records
+    ]
+    head = ["variant", "seed"] + [f"{a} agents gained/lost vs {against}" for a in agents]
+    lines = ["", f"Each trial against `{against}` of the same seed (same instances; gained/lost as above):", ""]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for variant, seed, record, other in pairs:
+        cells = [variant, seed] + [_gained_lost_cell(record, other, int(a)) for a in agents]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _signed(values: list[float]) -> str:
@@ -181,14 +202,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-cell", type=int, default=None, help="instances a cell (default: all 50)")
     parser.add_argument("--max-tokens", type=int, default=None, help="default: the sweep's benchmark.max_tokens")
     parser.add_argument("--summary-only", action="store_true", help="only rewrite the summary from the records")
+    parser.add_argument("--against", default=None, help="also pair each trial with this variant's (same seed)")
     args = parser.parse_args(argv)
     sweep = load_sweep(args.sweep)
     if args.summary_only:
         path = args.out / f"{args.name}.md"
-        path.write_text(to_markdown(args.out, sweep, args.name))
+        path.write_text(to_markdown(args.out, sweep, args.name, args.against))
     else:
         max_tokens = args.max_tokens or sweep.base_config().benchmark.max_tokens
-        path = rescore(args.out, sweep, args.name, args.per_cell, max_tokens)
+        path = rescore(args.out, sweep, args.name, args.per_cell, max_tokens, args.against)
     print(path.read_text())
 
 
