@@ -24,7 +24,7 @@ from actors.run_dir import RunDir, read_json
 from env.benchmark import BENCHMARK, parse_id, score
 from env.instance import Instance
 from tune.spec import Sweep, load_sweep, shared_start, trial_dir
-from tune.summary import START, mean_std
+from tune.summary import START, md_head, md_row, mean_std
 
 
 def record_path(run: RunDir, name: str) -> Path:
@@ -145,17 +145,17 @@ def to_markdown(out: Path, sweep: Sweep, name: str, against: str | None = None) 
     ]
     head = ["variant", "seed"] + [f"{a} agents acc/opt Sum" for a in agents]
     head += [f"{a} agents gained/lost" for a in agents] if start else []
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += md_head(head)
     for (variant, seed), record in records.items():
         table = record["table"]
         cells = [variant, seed] + [f"{table[a]['sum']['acc']:.1f}/{table[a]['sum']['opt']:.1f}" for a in agents]
         if start:
             cells += ["-" if variant == START else _gained_lost_cell(record, start, int(a)) for a in agents]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(md_row(cells))
     head = ["variant", "seeds"] + [f"{a} agents acc Sum" for a in agents] + [f"{a} agents opt Sum" for a in agents]
     head += [f"{a} agents acc. change" for a in agents] if start else []
     lines += ["", "Mean ± std over seeds (change: against the start, mean ± std of the per-seed changes):", ""]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += md_head(head)
     for variant in dict.fromkeys(v for v, _ in records):
         mine = [r["table"] for (v, _), r in records.items() if v == variant]
         cells = [variant, str(len(mine))]
@@ -167,7 +167,7 @@ def to_markdown(out: Path, sweep: Sweep, name: str, against: str | None = None) 
                 "-" if variant == START else _signed([t[a]["sum"]["acc"] - base[a]["sum"]["acc"] for t in mine])
                 for a in agents
             ]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(md_row(cells))
     if against:
         lines += _against_table(records, against, agents)
     return "\n".join(lines) + "\n"
@@ -182,10 +182,10 @@ def _against_table(records: dict[tuple[str, str], dict], against: str, agents: l
     ]
     head = ["variant", "seed"] + [f"{a} agents gained/lost vs {against}" for a in agents]
     lines = ["", f"Each trial against `{against}` of the same seed (same instances; gained/lost as above):", ""]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += md_head(head)
     for variant, seed, record, other in pairs:
         cells = [variant, seed] + [_gained_lost_cell(record, other, int(a)) for a in agents]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(md_row(cells))
     return lines
 
 

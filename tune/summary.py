@@ -78,6 +78,16 @@ def _round(k: str) -> str:
     return START if k == "-1" else f"r{k}"
 
 
+def md_row(cells: list[str]) -> str:
+    """One row of a markdown table."""
+    return "| " + " | ".join(cells) + " |"
+
+
+def md_head(head: list[str]) -> list[str]:
+    """A markdown table's header row and rule."""
+    return [md_row(head), "|" + "---|" * len(head)]
+
+
 def _columns(rows: list[dict[str, Any]], prefix: str) -> list[str]:
     names = {key for row in rows for key in row if key.startswith(prefix)}
     return sorted(names, key=lambda n: int(n.rsplit("_", 1)[1].lstrip("r")))
@@ -104,20 +114,20 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     head += [f"val. {_round(k)} valid/opt" for k in rounds]
     guarded = any("undone" in row for row in rows)
     head += ["rounds undone (below the start)"] if guarded else []
-    lines = ["All figures in %.", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = ["All figures in %.", "", *md_head(head)]
     for row in rows:
         cells = [row["variant"], str(row["seed"]), row["status"]]
         cells += [_pair(row, f"acc_sum_{a}", f"opt_sum_{a}") for a in sums]
         cells += [_pair(row, f"valid_r{k}", f"optimal_r{k}") for k in rounds]
         cells += [", ".join(f"r{k}" for k in row.get("undone", [])) or "-"] if guarded else []
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(md_row(cells))
     variants = list(dict.fromkeys(row["variant"] for row in rows))
     head = ["variant", "seeds done"] + [f"{a} agents acc Sum" for a in sums] + [f"{a} agents opt Sum" for a in sums]
     trained = [c.removeprefix("rollout_valid_r") for c in _columns(rows, "rollout_valid_r")]
     signal = [c.removeprefix("rollout_signal_r") for c in _columns(rows, "rollout_signal_r")]
     head += [f"val. {_round(k)} valid" for k in rounds] + [f"rollouts r{k} valid" for k in trained]
     head += [f"groups with signal r{k}" for k in signal]
-    lines += ["", "Mean ± std over seeds:", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["", "Mean ± std over seeds:", "", *md_head(head)]
     for variant in variants:
         done = [r for r in rows if r["variant"] == variant and r["status"] == "done"]
         mine = [r for r in rows if r["variant"] == variant]
@@ -127,7 +137,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         cells += [mean_std([100 * r[f"valid_r{k}"] for r in mine if f"valid_r{k}" in r], 1) for k in rounds]
         cells += [mean_std([100 * r[key] for r in mine if (key := f"rollout_valid_r{k}") in r], 1) for k in trained]
         cells += [mean_std([100 * r[key] for r in mine if (key := f"rollout_signal_r{k}") in r], 1) for k in signal]
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(md_row(cells))
     return "\n".join(lines) + "\n"
 
 
@@ -186,7 +196,7 @@ def benchmark_tables(out: Path, sweep: Sweep) -> str:
             continue
         sizes = sorted({int(size) for table in tables for row in table.values() for size in row["sizes"]})
         lines += [f"**{variant}** ({len(tables)} {'seeds' if variant != START else 'model'}; acc./opt. in %)", ""]
-        lines += ["| agents | " + " | ".join(f"{s}x{s}" for s in sizes) + " | Sum |", "|---" * (len(sizes) + 2) + "|"]
+        lines += md_head(["agents", *(f"{s}x{s}" for s in sizes), "Sum"])
         for agents in tables[0]:
             cells = []
             for size in sizes:
@@ -195,7 +205,7 @@ def benchmark_tables(out: Path, sweep: Sweep) -> str:
                 cells.append(f"{mean['acc']:.1f}/{mean['opt']:.1f}" if mean else "-")
             sums = {key: [t[agents]["sum"][key] for t in tables] for key in ("acc", "opt")}  # already in %
             cells.append(f"{mean_std(sums['acc'], 1)}/{mean_std(sums['opt'], 1)}")
-            lines.append(f"| {agents} | " + " | ".join(cells) + " |")
+            lines.append(md_row([str(agents), *cells]))
         lines.append("")
     return "\n".join(lines)
 
@@ -205,7 +215,7 @@ def engineer_table(out: Path, sweep: Sweep) -> str:
     kept it, or had its answer projected) and the shape of the configs it produced (mean)."""
     head = ["variant", "decisions", "changed", "kept (fallback)", "projected"]
     head += ["data on <=5x5", "hole ratio", "wait ratio", "sizes used", "probe: flagged / revised / in band after"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines = md_head(head)
     for variant in sweep.settings.variants:
         runs = variant_runs(out, sweep)[variant]
         decisions = [r.decision for run in runs for r in run.rounds() if r.decision.exists()]
@@ -221,7 +231,7 @@ def engineer_table(out: Path, sweep: Sweep) -> str:
         ]
         cells += [f"{mean['small']:.2f}", f"{mean['hole']:.2f}", f"{mean['wait']:.2f}", f"{mean['sizes']:.1f}"]
         cells.append(_probe_counts(made))
-        lines.append("| " + " | ".join(cells) + " |")
+        lines.append(md_row(cells))
     return "\n".join(lines) + "\n"
 
 
@@ -260,16 +270,13 @@ def proposals_table(out: Path, sweep: Sweep) -> str:
     """What each engineer made of the configuration, round by round, per seed (the round's env_config)."""
     runs = variant_runs(out, sweep)
     rounds = sorted({r.index for seeds in runs.values() for run in seeds for r in run.rounds()})
-    lines = [
-        "| variant | seed | " + " | ".join(f"round {k}" for k in rounds) + " |",
-        "|---|---|" + "---|" * len(rounds),
-    ]
+    lines = md_head(["variant", "seed", *(f"round {k}" for k in rounds)])
     for variant, seeds in runs.items():
         for seed, run in zip(sweep.settings.seeds, seeds):
             configs = {r.index: r.env_config for r in run.rounds() if r.env_config.exists()}
             if configs:
                 cells = [describe_config(config_sizes(configs[k])) if k in configs else "-" for k in rounds]
-                lines.append(f"| {variant} | {seed} | " + " | ".join(cells) + " |")
+                lines.append(md_row([variant, str(seed), *cells]))
     return "\n".join(lines) + "\n"
 
 
