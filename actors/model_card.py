@@ -15,6 +15,7 @@ from typing import Any
 
 from actors.metrics import read_metrics
 from env.benchmark import BENCHMARK, VALIDATION, Suite, checksum, score
+from env.markdown import md_head, md_row, size_table
 
 # The smoke slice: small enough for a test to replay through the deployment in seconds.
 SMOKE = {"suite": "validation", "agents": [2, 3], "sizes": [3, 4, 5], "per_cell": 1}
@@ -49,14 +50,12 @@ def score_suites(answer, per_cell: int, log=print) -> dict[str, Any]:
 def markdown_table(scores: dict) -> str:
     """The paper's table (acc./opt. per size, Sum) from ``score(...).to_dict()``'s form."""
     sizes = sorted({int(s) for row in scores.values() if isinstance(row, dict) for s in row.get("sizes", {})})
-    lines = ["| agents | " + " | ".join(f"{s}x{s}" for s in sizes) + " | Sum |", "|" + "---|" * (len(sizes) + 2)]
+    rows = []
     for agents, row in sorted((a, r) for a, r in scores.items() if a.isdigit()):
-        cells = [
-            f"{row['sizes'][str(s)]['acc']:.1f}/{row['sizes'][str(s)]['opt']:.1f}" if str(s) in row["sizes"] else "-"
-            for s in sizes
-        ]
-        lines.append(f"| {agents} | " + " | ".join(cells) + f" | {row['sum']['acc']:.2f}/{row['sum']['opt']:.2f} |")
-    return "\n".join(lines)
+        cells = {str(s): f"{c['acc']:.1f}/{c['opt']:.1f}" for s, c in row["sizes"].items()}
+        total = f"{row['sum']['acc']:.2f}/{row['sum']['opt']:.2f}"
+        rows.append((agents, [cells.get(str(s), "-") for s in sizes], total))
+    return "\n".join(size_table(sizes, rows))
 
 
 def write_card(
@@ -137,15 +136,14 @@ def write_card(
                 "",
                 "Held-out greedy valid rate along the way (transformers `generate`, bf16):",
                 "",
-                "| step | valid | optimal | " + " | ".join(f"{a} agents" for a in held[-1]["valid_by_agents"]) + " |",
-                "|---|---|---|" + "---|" * len(held[-1]["valid_by_agents"]),
+                *md_head(["step", "valid", "optimal", *(f"{a} agents" for a in held[-1]["valid_by_agents"])]),
             ]
             if held
             else []
         )
         for h in held:
-            by = " | ".join(f"{100 * v:.0f}%" for v in h["valid_by_agents"].values())
-            lines.append(f"| {h['step']} | {100 * h['valid']:.1f}% | {100 * h['optimal']:.1f}% | {by} |")
+            by = [f"{100 * v:.0f}%" for v in h["valid_by_agents"].values()]
+            lines.append(md_row([str(h["step"]), f"{100 * h['valid']:.1f}%", f"{100 * h['optimal']:.1f}%", *by]))
         lines.append("")
     if rl_run is not None:
         lines += rl_section(rl_run)

@@ -8,6 +8,7 @@ from actors.metrics import read_metrics
 from actors.run_dir import RoundDir, RunDir, read_json
 from env.config import load_config
 from env.evaluate import FAILURE_CATEGORIES
+from env.markdown import md_head, md_row
 from env.stats import FailureTable
 
 
@@ -130,7 +131,7 @@ def write_report(out: str | Path) -> Path:
         plot_validation(rounds, run.plots / "validation_by_size.png")
         plot_config_evolution({run.path.name: [run]}, run.plots / "config_evolution.png")
         plot_failures(rounds, run.plots / "failures.png")
-        lines += ["| round | valid | optimal | engineer changes |", "|---|---|---|---|"]
+        lines += md_head(["round", "valid", "optimal", "engineer changes"])
         for r in rounds:
             summary = read_json(r.validation)["summary"]
             changes = "-"
@@ -141,7 +142,8 @@ def write_report(out: str | Path) -> Path:
                     changes = f"none: {made['fallback']} ({'; '.join(made.get('notes') or [])[:200]})"
             if r.undone():
                 changes = f"round undone (below the start's validation); {changes}"
-            lines.append(f"| {r.index} | {summary['valid_rate']:.1%} | {summary['optimal_rate']:.1%} | {changes} |")
+            rates = [f"{summary['valid_rate']:.1%}", f"{summary['optimal_rate']:.1%}"]
+            lines.append(md_row([str(r.index), *rates, changes]))
         lines += ["", "![validation](plots/validation_by_size.png)", "![configs](plots/config_evolution.png)"]
         lines += ["![failures](plots/failures.png)"]
     if run.metrics.exists():

@@ -19,6 +19,7 @@ from env.config import MAX_SIZE, MIN_SIZE, count_with_ratio
 from env.evaluate import Verdict
 from env.generator import DrawResult, InstanceSpec, derive_seed, make_instances
 from env.instance import Instance
+from env.markdown import size_table
 
 DATA_DIR = Path(__file__).parent / "data"
 HOLE_LEVELS = (0.0, 0.1, 0.2, 0.3)
@@ -139,12 +140,15 @@ class ScoreTable:
 
     def to_markdown(self) -> str:
         sizes = sorted({s for row in self.acc.values() for s in row})
-        head = "| agents | " + " | ".join(f"{s}x{s}" for s in sizes) + " | Sum |"
-        lines = [head, "|" + "---|" * (len(sizes) + 2)]
-        for a in sorted(self.acc):
-            cells = [f"{self.acc[a][s]:.2f}/{self.opt[a][s]:.2f}" if s in self.acc[a] else "-" for s in sizes]
-            lines.append(f"| {a} | " + " | ".join(cells) + f" | {self.sum_acc(a):.2f}/{self.sum_opt(a):.2f} |")
-        return "\n".join(lines)
+        rows = [
+            (
+                str(a),
+                [f"{self.acc[a][s]:.2f}/{self.opt[a][s]:.2f}" if s in self.acc[a] else "-" for s in sizes],
+                f"{self.sum_acc(a):.2f}/{self.sum_opt(a):.2f}",
+            )
+            for a in sorted(self.acc)
+        ]
+        return "\n".join(size_table(sizes, rows))
 
 
 def score(instances: list[Instance], verdicts: dict[str, Verdict], wait: float | None = None) -> ScoreTable:

@@ -1,4 +1,5 @@
-from env.benchmark import BENCHMARK, VALIDATION, build, checksum, parse_id, score
+from actors.model_card import markdown_table
+from env.benchmark import BENCHMARK, VALIDATION, ScoreTable, build, checksum, parse_id, score
 from env.evaluate import evaluate
 from env.instance import read_instances
 from env.prompt import format_answer
@@ -67,3 +68,21 @@ def test_suite_instances_filter_agents_sizes_and_cells():
     assert all(c["index"] < 2 for c in cells)
     assert len(chosen) == 2 * 3 * 2  # sizes x wait subsets x per_cell
     assert len(suite_instances(VALIDATION, agents=[2])) > len(chosen)
+
+
+def test_the_papers_table_has_a_column_per_size_and_a_dash_where_a_size_is_missing():
+    """ScoreTable.to_markdown and the model card write the same layout (env.markdown.size_table)."""
+    table = ScoreTable(
+        acc={3: {3: 50.0, 4: 25.0}, 4: {4: 10.0}},
+        opt={3: {3: 50.0, 4: 20.0}, 4: {4: 10.0}},
+        counts={3: {3: 2, 4: 4}, 4: {4: 10}},
+    )
+    expected = [
+        "| agents | 3x3 | 4x4 | Sum |",
+        "|---|---|---|---|",
+        "| 3 | 50.00/50.00 | 25.00/20.00 | 37.50/35.00 |",
+        "| 4 | - | 10.00/10.00 | 10.00/10.00 |",
+    ]
+    assert table.to_markdown().splitlines() == expected
+    card = markdown_table(table.to_dict()).splitlines()
+    assert card[:2] == expected[:2] and card[3] == "| 4 | - | 10.0/10.0 | 10.00/10.00 |"

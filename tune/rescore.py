@@ -23,8 +23,9 @@ from typing import Any
 from actors.run_dir import RunDir, read_json
 from env.benchmark import BENCHMARK, parse_id, score
 from env.instance import Instance
+from env.markdown import md_head, md_row
 from tune.spec import Sweep, load_sweep, shared_start, trial_dir
-from tune.summary import START, md_head, md_row, mean_std
+from tune.summary import START, mean_std
 
 
 def record_path(run: RunDir, name: str) -> Path:

@@ -20,6 +20,7 @@ from actors.engineer_probe import PROBE_REVISED
 from actors.metrics import read_metrics
 from actors.report import config_profile, config_sizes, plot_config_evolution
 from actors.run_dir import RunDir, read_json
+from env.markdown import md_head, md_row, size_table
 from tune.spec import Sweep, shared_start, trial_dir
 
 START = "before RL"  # the row of the shared starting policy (``shared/start``, see actors.job.score_start)
@@ -76,16 +77,6 @@ def collect(out: Path, sweep: Sweep) -> list[dict[str, Any]]:
 
 def _round(k: str) -> str:
     return START if k == "-1" else f"r{k}"
-
-
-def md_row(cells: list[str]) -> str:
-    """One row of a markdown table."""
-    return "| " + " | ".join(cells) + " |"
-
-
-def md_head(head: list[str]) -> list[str]:
-    """A markdown table's header row and rule."""
-    return [md_row(head), "|" + "---|" * len(head)]
 
 
 def _columns(rows: list[dict[str, Any]], prefix: str) -> list[str]:
@@ -196,7 +187,7 @@ def benchmark_tables(out: Path, sweep: Sweep) -> str:
             continue
         sizes = sorted({int(size) for table in tables for row in table.values() for size in row["sizes"]})
         lines += [f"**{variant}** ({len(tables)} {'seeds' if variant != START else 'model'}; acc./opt. in %)", ""]
-        lines += md_head(["agents", *(f"{s}x{s}" for s in sizes), "Sum"])
+        rows = []
         for agents in tables[0]:
             cells = []
             for size in sizes:
@@ -204,9 +195,8 @@ def benchmark_tables(out: Path, sweep: Sweep) -> str:
                 mean = {key: statistics.mean(f[key] for f in found) for key in ("acc", "opt")} if found else None
                 cells.append(f"{mean['acc']:.1f}/{mean['opt']:.1f}" if mean else "-")
             sums = {key: [t[agents]["sum"][key] for t in tables] for key in ("acc", "opt")}  # already in %
-            cells.append(f"{mean_std(sums['acc'], 1)}/{mean_std(sums['opt'], 1)}")
-            lines.append(md_row([str(agents), *cells]))
-        lines.append("")
+            rows.append((str(agents), cells, f"{mean_std(sums['acc'], 1)}/{mean_std(sums['opt'], 1)}"))
+        lines += [*size_table(sizes, rows), ""]
     return "\n".join(lines)
 
 
