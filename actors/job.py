@@ -61,7 +61,7 @@ def prepare_model(config: RunConfig, out: Path, log: Log) -> str:
 
 
 def round0(config: RunConfig) -> EnvConfig:
-    return config.env or random_config(config.seed, num_agents=config.train_agents)
+    return config.env or random_config(config.seed, num_agents=config.train_agents, pin=config.random_pin)
 
 
 @dataclass

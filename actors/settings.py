@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors.engineer import EngineerConfig
 from actors.tracking import TrackingConfig
-from env.config import ConfigError, EnvConfig, SizeConfig, format_errors
+from env.config import ConfigError, EnvConfig, RandomPin, SizeConfig, format_errors
 from env.evaluate import RewardConfig
 from serving.settings import ServingConfig
 
@@ -216,6 +216,11 @@ class RunConfig(TrainConfig):
     env: EnvConfig | None = Field(None, description="round-0 config; none = a random legal config from `seed`")
     train_agents: int = Field(
         2, ge=1, le=8, description="agents per training instance of the random round-0 config (when `env` is none)"
+    )
+    random_pin: RandomPin = Field(
+        default_factory=RandomPin,
+        description="knobs of the random round-0 config held at one value on every size (when `env` is none; "
+        "an ablation of the domain randomisation: the other knobs are drawn as without it)",
     )
     rounds: int = Field(3, ge=1)
     warm_start: bool = Field(True, description="SFT on solver demonstrations before round 0")

@@ -223,9 +223,22 @@ def default_config(num_agents: int = 2, num_instances: int = 4000, seed: int = 0
     return EnvConfig(sizes=sizes, num_agents=num_agents, num_instances=num_instances, seed=seed)
 
 
-def random_config(seed: int, num_agents: int = 2, num_instances: int = 4000) -> EnvConfig:
-    """A random legal configuration (the paper's round-0 default and the domain-randomisation baseline)."""
+class RandomPin(BaseModel):
+    """Knobs of the random configuration held at one value on every size (none: drawn)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data_ratio: float | None = Field(None, gt=0.0, le=1.0, description="the same share for every size")
+    hole_ratio: float | None = _range_field("hole_ratio", None)
+    wait_ratio: float | None = _range_field("wait_ratio", None)
+
+
+def random_config(seed: int, num_agents: int = 2, num_instances: int = 4000, pin: RandomPin | None = None) -> EnvConfig:
+    """A random legal configuration (the paper's round-0 default and the domain-randomisation baseline).
+
+    ``pin`` holds knobs at one value; the other knobs are drawn exactly as without it."""
     rng = random.Random(seed)
+    held = pin.model_dump(exclude_none=True) if pin else {}
     raw = {
         "sizes": {
             s: {
@@ -233,6 +246,7 @@ def random_config(seed: int, num_agents: int = 2, num_instances: int = 4000) -> 
                 "hole_ratio": round(rng.uniform(*RANGES["hole_ratio"]), 2),
                 "wait_ratio": round(rng.random(), 2),
             }
+            | held
             for s in SIZES
         },
         "num_agents": num_agents,

@@ -4,11 +4,13 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from env.config import (
     RANGES,
     ConfigError,
     EnvConfig,
+    RandomPin,
     default_config,
     diff,
     free_cells,
@@ -160,3 +162,21 @@ def test_the_random_round_0_config_trains_on_train_agents():
     assert round0(RunConfig()).num_agents == 2
     three = round0(RunConfig(train_agents=3))
     assert three.num_agents == 3 and three.sizes == round0(RunConfig()).sizes  # the same draw, more agents
+    pinned = round0(RunConfig.model_validate({"train_agents": 3, "random_pin": {"hole_ratio": 0.15}}))
+    assert pinned == random_config(0, num_agents=3, pin=RandomPin(hole_ratio=0.15))
+    with pytest.raises(ValidationError):
+        RunConfig.model_validate({"random_pin": {"hole_ratio": 0.15, "sizes": 3}})
+
+
+def test_a_pinned_knob_holds_on_every_size_and_the_others_are_drawn_as_without_the_pin():
+    drawn = random_config(seed=4, num_agents=3)
+    pinned = random_config(seed=4, num_agents=3, pin=RandomPin(hole_ratio=0.15))
+    assert {s.hole_ratio for s in pinned.sizes.values()} == {0.15}
+    for size, knobs in pinned.sizes.items():
+        assert (knobs.data_ratio, knobs.wait_ratio) == (drawn.sizes[size].data_ratio, drawn.sizes[size].wait_ratio)
+    uniform = random_config(seed=4, pin=RandomPin(data_ratio=0.3, wait_ratio=0.5))
+    assert {(s.data_ratio, s.wait_ratio) for s in uniform.sizes.values()} == {(0.125, 0.5)}
+    assert [s.hole_ratio for s in uniform.sizes.values()] == [s.hole_ratio for s in drawn.sizes.values()]
+    for bad in ({"data_ratio": 0.0}, {"hole_ratio": 0.9}, {"holes": 0.1}):
+        with pytest.raises(ValidationError):
+            RandomPin.model_validate(bad)
