@@ -52,7 +52,7 @@ def markdown_table(scores: dict) -> str:
     sizes = sorted({int(s) for row in scores.values() if isinstance(row, dict) for s in row.get("sizes", {})})
     rows = []
     for agents, row in sorted((a, r) for a, r in scores.items() if a.isdigit()):
-        cells = {str(s): f"{c['acc']:.1f}/{c['opt']:.1f}" for s, c in row["sizes"].items()}
+        cells = {s: f"{c['acc']:.1f}/{c['opt']:.1f}" for s, c in row["sizes"].items()}  # keys: "3".."10"
         total = f"{row['sum']['acc']:.2f}/{row['sum']['opt']:.2f}"
         rows.append((agents, [cells.get(str(s), "-") for s in sizes], total))
     return "\n".join(size_table(sizes, rows))
