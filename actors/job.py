@@ -142,6 +142,10 @@ def run_job(
     train_config = config.model_copy(update={"model": model, "run_dir": str(run.path), "env": round0(config)})
     trainer = Trainer(train_config)
     trainer.tracker = tracker
+    learner = trainer.learners.setup
+    log(f"learner: {learner['device']}, {learner['precision']}")
+    if learner["precision_warning"]:
+        log(f"warning: {learner['precision_warning']}")
     validation = eval_instances(VALIDATION, config.validation)
     options = {"name": "validator", "namespace": trainer.namespace, **RESTARTABLE}
     validator = Validator.options(**options).remote(trainer.policy.name)

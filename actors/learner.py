@@ -16,7 +16,7 @@ import socket
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import ray
@@ -36,11 +36,17 @@ from actors.grpo import (
 )
 from actors.settings import DeepSpeedConfig, GRPOConfig, LoraConfig
 from actors.trajectory import SFTBatch, TrajectoryBatch
+from serving.hardware import resolve_precision, slow_bf16_warning
 
 
 def deepspeed_config(
-    settings: DeepSpeedConfig, learning_rate: float, micro_batch_size: int, warmup_steps: int = 0
+    settings: DeepSpeedConfig,
+    learning_rate: float,
+    micro_batch_size: int,
+    warmup_steps: int = 0,
+    precision: Literal["fp32", "bf16"] = "fp32",
 ) -> dict[str, Any]:
+    """DeepSpeed's config; ``precision`` is ``settings.precision`` resolved on the learner's device."""
     scheduler = {
         "type": "WarmupLR",
         "params": {"warmup_min_lr": 0.0, "warmup_max_lr": learning_rate, "warmup_num_steps": warmup_steps},
@@ -50,7 +56,7 @@ def deepspeed_config(
         "gradient_accumulation_steps": 1,  # the learner sets the accumulation boundary itself
         "gradient_clipping": settings.gradient_clipping,
         "zero_optimization": {"stage": settings.zero_stage},
-        "bf16": {"enabled": settings.precision == "bf16"},
+        "bf16": {"enabled": precision == "bf16"},
         "optimizer": {
             "type": "AdamW",
             "params": {"lr": learning_rate, "weight_decay": settings.weight_decay, "torch_adam": settings.torch_adam},
@@ -102,6 +108,7 @@ class Learner:
 
         torch.manual_seed(self.seed)
         self.device_kind = get_accelerator().device_name()
+        self.precision = resolve_precision(self.settings.precision, self.device_kind)
         if self.device_kind == "cpu":
             torch.set_num_threads(threads)
             if not self.settings.shm_comm:  # skip compiling the shared-memory all-reduce; gloo does the work
@@ -113,7 +120,9 @@ class Learner:
         if self.lora is not None:
             model = with_adapters(model, self.lora)
         trainable = [p for p in model.parameters() if p.requires_grad]
-        config = deepspeed_config(self.settings, self.learning_rate, micro_batch_size, self.warmup_steps)
+        config = deepspeed_config(
+            self.settings, self.learning_rate, micro_batch_size, self.warmup_steps, self.precision
+        )
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
         if self.settings.compile:
             self.engine.compile(compile_kwargs={"dynamic": True})
@@ -121,13 +130,15 @@ class Learner:
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.micro_batch_size = micro_batch_size
         if reference and self.lora is None:  # with LoRA the reference is the model with its adapters off
-            dtype = torch.bfloat16 if self.settings.precision == "bf16" else torch.float32
+            dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
             self.reference = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
             self.reference.to(self.engine.device).eval().requires_grad_(False)
         self.uses_reference = reference
         return {
             "rank": self.rank,
             "device": str(self.engine.device),
+            "precision": self.precision,
+            "precision_warning": slow_bf16_warning(self.precision, self.device_kind),
             "backend": backend,
             "parameters": total,
             "trainable_parameters": sum(p.numel() for p in trainable),
@@ -206,7 +217,7 @@ class Learner:
             totals["loss_sum"] += float(loss_sum.detach())
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value
-        unreported = self.settings.zero_stage == 0 and self.settings.precision == "fp32"
+        unreported = self.settings.zero_stage == 0 and self.precision == "fp32"
         fallback_norm = self._grad_norm() if unreported else None  # DeepSpeed reports none there
         self.engine.step()
         totals["forward_tokens"] = float(forward_tokens)

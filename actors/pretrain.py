@@ -19,6 +19,7 @@ import json
 import math
 import shutil
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from actors.metrics import read_metrics
 from env.config import MAX_SIZE, MIN_SIZE
 from env.generator import InstanceSpec, derive_seed, make_instances
 from env.instance import Instance, read_instances, write_instances
+from serving.hardware import Precision, resolve_precision, slow_bf16_warning
 
 
 class _Config(BaseModel):
@@ -62,7 +64,7 @@ class OptimConfig(_Config):
     weight_decay: float = Field(0.1, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     loss: str = Field("answer", pattern="^(answer|all)$", description="answer: loss on the response only")
-    precision: str = Field("bf16", pattern="^(bf16|fp32)$")
+    precision: Precision = Field("native", description="bf16 autocast, fp32, or native: bf16 where it is native")
     threads: int = Field(0, ge=0, description="torch threads (0 = all cores)")
     compile: bool = Field(True, description="torch.compile the training forward (about 1.3x on CPU)")
 
@@ -334,7 +336,10 @@ def pretrain(
     metrics_path, heldout_path = out / "metrics.jsonl", out / "heldout.jsonl"
     _truncate_jsonl(metrics_path, step)
     _truncate_jsonl(heldout_path, step)
-    model._envengineer_autocast = torch.bfloat16 if config.optim.precision == "bf16" else None
+    precision = resolve_precision(config.optim.precision, model.device.type)
+    if warning := slow_bf16_warning(precision, model.device.type):
+        warnings.warn(warning, stacklevel=2)
+    model._envengineer_autocast = torch.bfloat16 if precision == "bf16" else None
     model.train()
     pad = tokenizer.pad_token_id
     optim = config.optim

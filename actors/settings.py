@@ -18,6 +18,7 @@ from actors.engineer import EngineerConfig
 from actors.tracking import TrackingConfig
 from env.config import ConfigError, EnvConfig, RandomPin, SizeConfig, format_errors
 from env.evaluate import RewardConfig
+from serving.hardware import Precision
 from serving.settings import ServingConfig
 
 
@@ -97,7 +98,9 @@ class GRPOConfig(_Config):
 
 class DeepSpeedConfig(_Config):
     zero_stage: int = Field(0, ge=0, le=3)
-    precision: Literal["fp32", "bf16"] = "fp32"
+    precision: Precision = Field(
+        "fp32", description="native: bf16 where the learner's device computes it natively, fp32 elsewhere"
+    )
     gradient_clipping: float = Field(1.0, ge=0.0, description="max global grad norm (0 = off)")
     weight_decay: float = Field(0.0, ge=0.0)
     torch_adam: bool = Field(True, description="torch's AdamW instead of a compiled DeepSpeed Adam op")

@@ -14,10 +14,12 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+import warnings
 from typing import Any
 
 import numpy as np
 
+from serving.hardware import resolve_dtype, slow_bf16_warning
 from serving.settings import SamplingConfig, ServingConfig
 from serving.weights import encode
 
@@ -40,15 +42,19 @@ class PolicyEngine:
 
     def __init__(self, config: ServingConfig):
         self.config = config
-        if not cuda_available():
+        device = "cuda" if cuda_available() else "cpu"
+        if device == "cpu":
             os.environ.update(config.cpu_environment())
+        self.dtype = resolve_dtype(config.dtype, device)
+        if warning := slow_bf16_warning(self.dtype, device):
+            warnings.warn(warning, stacklevel=2)
         from transformers import AutoTokenizer
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         args = AsyncEngineArgs(
             model=config.model,
-            dtype=config.dtype,
+            dtype=self.dtype,
             max_model_len=config.max_model_len,
             seed=config.seed,
             worker_extension_cls="serving.weights.WeightSyncExtension",

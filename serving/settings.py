@@ -14,8 +14,10 @@ class ServingConfig(BaseModel):
 
     model: str = Field("", description="local Hugging Face model folder (in a run config: empty = the run's policy)")
     served_name: str = Field("policy", description="model name on the OpenAI-compatible route")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "float32", description="weights and activations; float32 keeps greedy output equal to transformers"
+    dtype: Literal["auto", "float32", "bfloat16", "float16", "native"] = Field(
+        "float32",
+        description="weights and activations; float32 keeps greedy output equal to transformers; native: bfloat16 "
+        "where the serving device computes it natively, float32 elsewhere (serving.hardware)",
     )
     max_model_len: int = Field(4096, ge=64, description="context length (prompt + completion)")
     seed: int = Field(0, ge=0, description="engine seed; requests may pass their own")
