@@ -2,7 +2,9 @@
 
 * a 1024-cubed matmul in each dtype (``benchmarks/peak.py``), in GFLOP/s;
 * one learner-shaped training step of the shipped base (``models/base-v1``): forward, backward and AdamW on a
-  batch of random tokens, the weights in each dtype as DeepSpeed's bf16 mode holds them.
+  batch of random tokens, the weights in each dtype as DeepSpeed's bf16 mode holds them;
+* sampling through the vLLM engine (``serving.engine.PolicyEngine``, as the rollout workers' deployment does):
+  32 chat prompts x 64 new tokens, in tokens/s.
 
 Prints each pair and the bf16/fp32 speed ratio, and what ``native`` resolves to here (serving/hardware.py). On a
 CPU with AMX bf16 is the fast one; on an AVX2-only CPU PyTorch emulates it and fp32 wins by a wide margin.
@@ -42,6 +44,31 @@ def train_step_seconds(model_path: str, dtype, batch: int, length: int, steps: i
     return best
 
 
+def engine_tokens_per_s(model_path: str, dtype: str, prompts: int = 32, new_tokens: int = 64) -> float:
+    """Sampled tokens/s of the vLLM engine serving ``model_path`` in ``dtype``, after a warm-up request."""
+    import asyncio
+
+    from transformers import AutoTokenizer
+
+    from benchmarks.generation import chat_prompts
+    from serving.engine import PolicyEngine
+    from serving.settings import SamplingConfig, ServingConfig
+
+    texts = chat_prompts(AutoTokenizer.from_pretrained(model_path))[:prompts]
+    sampling = SamplingConfig(temperature=1.0, max_tokens=new_tokens, ignore_eos=True, seed=0)
+
+    async def run() -> float:
+        engine = PolicyEngine(ServingConfig(model=str(Path(model_path).resolve()), dtype=dtype))
+        await engine.generate(texts[:4], sampling)
+        start = time.perf_counter()
+        results = await engine.generate(texts, sampling)
+        seconds = time.perf_counter() - start
+        engine.shutdown()
+        return sum(len(s["token_ids"]) for r in results for s in r["samples"]) / seconds
+
+    return asyncio.run(run())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="models/base-v1")
@@ -66,6 +93,12 @@ def main() -> None:
     bf16_s = train_step_seconds(args.model, torch.bfloat16, args.batch, args.length, args.steps)
     step = f"training step ({args.model}, {args.batch} x {args.length} tokens)"
     print(f"{step}: fp32 {fp32_s:.2f} s, bf16 {bf16_s:.2f} s; bf16/fp32 speed {fp32_s / bf16_s:.2f}")
+    fp32_tok = engine_tokens_per_s(args.model, "float32")
+    bf16_tok = engine_tokens_per_s(args.model, "bfloat16")
+    print(
+        f"vLLM sampling (32 prompts x 64 tokens): fp32 {fp32_tok:.0f} tok/s, bf16 {bf16_tok:.0f} tok/s; "
+        f"bf16/fp32 speed {bf16_tok / fp32_tok:.2f}"
+    )
 
 
 if __name__ == "__main__":

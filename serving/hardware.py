@@ -1,10 +1,10 @@
 """Whether the hardware computes bf16 natively, and the precision a config's ``native`` resolves to there.
 
-bf16 is fast only where the hardware has bf16 arithmetic: a CUDA GPU that supports it, or a CPU with AMX or
-AVX512-BF16. Elsewhere PyTorch emulates it: on an AVX2-only CPU ``benchmarks/precision.py`` measured a bf16 matmul ~140x
-and a training step of the shipped base ~19x slower than in fp32. The shipped recipes ask for ``native``: bf16
-where it is native, fp32 elsewhere. The learner and the serving engine
-resolve it on the machine they run on, not on the driver's.
+bf16 is fast only where the hardware has bf16 arithmetic: a CUDA GPU that supports it, or a CPU with AMX
+or AVX512-BF16. Elsewhere PyTorch emulates it: on an AVX2-only CPU ``benchmarks/precision.py`` measured a
+bf16 matmul ~150x, a training step of the shipped base ~18x and vLLM sampling ~3x slower than in fp32. The
+shipped recipes ask for ``native``: bf16 where it is native, fp32 elsewhere. The learner and the serving
+engine resolve it on the machine they run on, not on the driver's.
 """
 
 from __future__ import annotations
