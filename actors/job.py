@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 import yaml
@@ -31,6 +31,9 @@ from env.config import ConfigError, EnvConfig, load_config, random_config, save_
 from env.instance import Instance, read_instances, write_instances
 from env.render import ansi
 from env.stats import FailureTable
+
+if TYPE_CHECKING:
+    from actors.trainer import Trainer
 
 Log = Callable[[str], None]
 # The engineer and the validator hold no state a restart loses: Ray restarts them and retries the call.
@@ -113,6 +116,17 @@ def stop_engineer(config: RunConfig) -> None:
         undeploy(config.app_name("base"))
 
 
+def record_learner(run: RunDir, trainer: Trainer, log: Log) -> None:
+    """Log the learners' device and resolved precision and append them to ``learner.jsonl`` (one line per start
+    or resume: a resumed run may land on other hardware)."""
+    learner = trainer.learners.setup
+    log(f"learner: {learner['device']}, {learner['precision']}")
+    if learner["precision_warning"]:
+        log(f"warning: {learner['precision_warning']}")
+    with run.learner.open("a") as out:
+        out.write(json.dumps({"from_step": trainer.state.global_step} | learner) + "\n")
+
+
 def run_job(
     config: RunConfig,
     out: str | Path,
@@ -142,10 +156,6 @@ def run_job(
     train_config = config.model_copy(update={"model": model, "run_dir": str(run.path), "env": round0(config)})
     trainer = Trainer(train_config)
     trainer.tracker = tracker
-    learner = trainer.learners.setup
-    log(f"learner: {learner['device']}, {learner['precision']}")
-    if learner["precision_warning"]:
-        log(f"warning: {learner['precision_warning']}")
     validation = eval_instances(VALIDATION, config.validation)
     options = {"name": "validator", "namespace": trainer.namespace, **RESTARTABLE}
     validator = Validator.options(**options).remote(trainer.policy.name)
@@ -153,6 +163,7 @@ def run_job(
     try:
         if trainer.resume():
             log(f"resumed from {trainer.resumed_from}")
+        record_learner(run, trainer, log)
         engineer = start_engineer(config, trainer, model)
         env = round_config(run, 0, round0(config))
         replay = None
