@@ -170,6 +170,8 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     steps = [{"round": k, "valid_rate": v} for k, v in ((0, 0.1), (0, 0.3), (1, 0.5))]  # the rollouts' rates
     steps[0]["train"] = {"signal_share": 0.25}
     (tmp_path / "runs" / "plr-s0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    starts = [{"from_step": 0, "precision": "fp32"}, {"from_step": 4, "precision": "bf16"}]  # resumed elsewhere
+    (tmp_path / "runs" / "plr-s0" / "learner.jsonl").write_text("".join(json.dumps(r) + "\n" for r in starts))
     start = tmp_path / "shared" / "start"  # the starting policy, scored once by the sweep
     fake_trial(start, {3: 1.0}, [], 0.04)
     (start / "validation.json").write_text(json.dumps({"summary": {"valid_rate": 0.06, "optimal_rate": 0.02}}))
@@ -179,7 +181,8 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     assert "| fixed | 0 | done | 10.0/5.0 | 6.0/2.0 | 10.0/5.0 | 20.0/10.0 | - |" in text  # trials start there
     assert "| rounds undone (below the start) |" in text and "| fixed | 1 | done | 30.0/15.0 |" in text
     assert "| 10.0/5.0 | 20.0/10.0 | r0 |" in text
-    assert "| plr | 0 | done | 50.0/25.0 | 6.0/2.0 | 10.0/5.0 | 20.0/10.0 | - |" in text  # no guard: "-"
+    assert "| plr | 0 | done | 50.0/25.0 | 6.0/2.0 | 10.0/5.0 | 20.0/10.0 | - | fp32/bf16 |" in text  # no guard: "-"
+    assert "| rounds undone (below the start) | precision |" in text and "| r0 | - |" in text  # no learner.jsonl
     assert "| 3 | 20.0/10.0 |" in text and "| 20.0±14.1/10.0±7.1 |" in text  # mean over seeds; Sum with std
     assert "| 50.0/25.0 |" in text and "| 50.0±0.0/25.0±0.0 |" in text
     assert (tmp_path / "summary_configs.png").stat().st_size > 0

@@ -52,6 +52,8 @@ def trial_row(run: RunDir, variant: str, seed: int) -> dict[str, Any]:
     row: dict[str, Any] = {"variant": variant, "seed": seed}
     for r in run.rounds():
         row |= _validation(r.validation, r.index)
+    if run.learner.exists():  # the learners' resolved precision; runs from before learner.jsonl have none
+        row["precision"] = "/".join(dict.fromkeys(r["precision"] for r in read_metrics(run.learner)))
     if any(r.guard.exists() for r in run.rounds()):  # revert_below_start: the rounds the guard undid
         row["undone"] = [r.index for r in run.rounds() if r.undone()]
     steps = read_metrics(run.metrics) if run.metrics.exists() else []
@@ -105,12 +107,15 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     head += [f"val. {_round(k)} valid/opt" for k in rounds]
     guarded = any("undone" in row for row in rows)
     head += ["rounds undone (below the start)"] if guarded else []
+    precision = any("precision" in row for row in rows)
+    head += ["precision"] if precision else []
     lines = ["All figures in %.", "", *md_head(head)]
     for row in rows:
         cells = [row["variant"], str(row["seed"]), row["status"]]
         cells += [_pair(row, f"acc_sum_{a}", f"opt_sum_{a}") for a in sums]
         cells += [_pair(row, f"valid_r{k}", f"optimal_r{k}") for k in rounds]
         cells += [", ".join(f"r{k}" for k in row.get("undone", [])) or "-"] if guarded else []
+        cells += [row.get("precision", "-")] if precision else []
         lines.append(md_row(cells))
     variants = list(dict.fromkeys(row["variant"] for row in rows))
     head = ["variant", "seeds done"] + [f"{a} agents acc Sum" for a in sums] + [f"{a} agents opt Sum" for a in sums]
