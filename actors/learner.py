@@ -41,10 +41,10 @@ from serving.hardware import resolve_precision, slow_bf16_warning
 
 def deepspeed_config(
     settings: DeepSpeedConfig,
+    precision: Literal["fp32", "bf16"],
     learning_rate: float,
     micro_batch_size: int,
     warmup_steps: int = 0,
-    precision: Literal["fp32", "bf16"] = "fp32",
 ) -> dict[str, Any]:
     """DeepSpeed's config; ``precision`` is ``settings.precision`` resolved on the learner's device."""
     scheduler = {
@@ -121,7 +121,7 @@ class Learner:
             model = with_adapters(model, self.lora)
         trainable = [p for p in model.parameters() if p.requires_grad]
         config = deepspeed_config(
-            self.settings, self.learning_rate, micro_batch_size, self.warmup_steps, self.precision
+            self.settings, self.precision, self.learning_rate, micro_batch_size, self.warmup_steps
         )
         self.engine, *_ = deepspeed.initialize(model=model, model_parameters=trainable, config=config)
         if self.settings.compile:

@@ -57,6 +57,20 @@ def transformers_tokens_per_s(model, tokenizer, prompts) -> float:
     return (out.shape[1] - batch["input_ids"].shape[1]) * len(prompts) / seconds
 
 
+async def engine_tokens_per_s(config, prompts: list[str], sampling) -> float:
+    """Sampled tokens/s of the vLLM engine alone (``serving.engine.PolicyEngine``) serving ``config``, after a
+    warm-up request of 4 prompts."""
+    from serving.engine import PolicyEngine
+
+    engine = PolicyEngine(config)
+    await engine.generate(prompts[:4], sampling)
+    start = time.perf_counter()
+    results = await engine.generate(prompts, sampling)
+    seconds = time.perf_counter() - start
+    engine.shutdown()
+    return sum(len(s["token_ids"]) for r in results for s in r["samples"]) / seconds
+
+
 def training_step_s(model, tokenizer, prompts, micro_batch: int = 4) -> float:
     """One optimizer step on the benchmark's rollout batch (prompts + 128 tokens): forward + backward in
     micro-batches of ``micro_batch`` sequences (gradient accumulation), then AdamW."""
@@ -85,7 +99,6 @@ def compare_generation(models: list[str], dtype: str) -> list[tuple]:
 
     from benchmarks.peak import matmul_peak_gflops
     from serving.deployment import deploy, undeploy
-    from serving.engine import PolicyEngine
     from serving.model import PRESETS, count_parameters, init_model
     from serving.settings import SamplingConfig, ServingConfig
     from serving.weights import to_numpy
@@ -108,16 +121,7 @@ def compare_generation(models: list[str], dtype: str) -> list[tuple]:
 
             hf = transformers_tokens_per_s(model, tokenizer, prompts)
 
-            async def engine_run(config=config, prompts=prompts):
-                engine = PolicyEngine(config)
-                await engine.generate(prompts[:4], sampling)  # warm-up
-                start = time.perf_counter()
-                results = await engine.generate(prompts, sampling)
-                seconds = time.perf_counter() - start
-                engine.shutdown()
-                return sum(len(s["token_ids"]) for r in results for s in r["samples"]) / seconds
-
-            direct = asyncio.run(engine_run())
+            direct = asyncio.run(engine_tokens_per_s(config, prompts, sampling))
             policy = deploy(config, name=f"bench-{name}", route_prefix=f"/bench-{name}")
             policy.generate(prompts[:4], sampling)  # warm-up
             start = time.perf_counter()

@@ -44,29 +44,19 @@ def train_step_seconds(model_path: str, dtype, batch: int, length: int, steps: i
     return best
 
 
-def engine_tokens_per_s(model_path: str, dtype: str, prompts: int = 32, new_tokens: int = 64) -> float:
-    """Sampled tokens/s of the vLLM engine serving ``model_path`` in ``dtype``, after a warm-up request."""
+def sampling_tokens_per_s(model_path: str, dtype: str, prompts: int = 32, new_tokens: int = 64) -> float:
+    """Sampled tokens/s of the vLLM engine serving ``model_path`` in ``dtype`` (``benchmarks/generation.py``)."""
     import asyncio
 
     from transformers import AutoTokenizer
 
-    from benchmarks.generation import chat_prompts
-    from serving.engine import PolicyEngine
+    from benchmarks.generation import chat_prompts, engine_tokens_per_s
     from serving.settings import SamplingConfig, ServingConfig
 
     texts = chat_prompts(AutoTokenizer.from_pretrained(model_path))[:prompts]
     sampling = SamplingConfig(temperature=1.0, max_tokens=new_tokens, ignore_eos=True, seed=0)
-
-    async def run() -> float:
-        engine = PolicyEngine(ServingConfig(model=str(Path(model_path).resolve()), dtype=dtype))
-        await engine.generate(texts[:4], sampling)
-        start = time.perf_counter()
-        results = await engine.generate(texts, sampling)
-        seconds = time.perf_counter() - start
-        engine.shutdown()
-        return sum(len(s["token_ids"]) for r in results for s in r["samples"]) / seconds
-
-    return asyncio.run(run())
+    config = ServingConfig(model=str(Path(model_path).resolve()), dtype=dtype)
+    return asyncio.run(engine_tokens_per_s(config, texts, sampling))
 
 
 def main() -> None:
@@ -93,8 +83,8 @@ def main() -> None:
     bf16_s = train_step_seconds(args.model, torch.bfloat16, args.batch, args.length, args.steps)
     step = f"training step ({args.model}, {args.batch} x {args.length} tokens)"
     print(f"{step}: fp32 {fp32_s:.2f} s, bf16 {bf16_s:.2f} s; bf16/fp32 speed {fp32_s / bf16_s:.2f}")
-    fp32_tok = engine_tokens_per_s(args.model, "float32")
-    bf16_tok = engine_tokens_per_s(args.model, "bfloat16")
+    fp32_tok = sampling_tokens_per_s(args.model, "float32")
+    bf16_tok = sampling_tokens_per_s(args.model, "bfloat16")
     print(
         f"vLLM sampling (32 prompts x 64 tokens): fp32 {fp32_tok:.0f} tok/s, bf16 {bf16_tok:.0f} tok/s; "
         f"bf16/fp32 speed {bf16_tok / fp32_tok:.2f}"

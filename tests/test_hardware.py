@@ -40,7 +40,7 @@ def test_the_configs_take_native_and_deepspeed_gets_the_resolved_precision():
 
     settings = DeepSpeedConfig(precision="native")
     assert ServingConfig(dtype="native").dtype == "native"
-    assert deepspeed_config(settings, 1e-4, 8, precision="bf16")["bf16"] == {"enabled": True}
-    assert deepspeed_config(settings, 1e-4, 8, precision="fp32")["bf16"] == {"enabled": False}
+    assert deepspeed_config(settings, "bf16", 1e-4, 8)["bf16"] == {"enabled": True}
+    assert deepspeed_config(settings, "fp32", 1e-4, 8)["bf16"] == {"enabled": False}
     with pytest.raises(ValueError):
         DeepSpeedConfig(precision="fp16")
