@@ -42,7 +42,7 @@ def slow_bf16_warning(precision: str, device: str) -> str | None:
     """A warning when bf16 ("bf16" or "bfloat16") is asked for explicitly on a device that emulates it."""
     if precision in ("bf16", "bfloat16") and not native_bf16(device):
         return (
-            f"bf16 was asked for on a {device} without native bf16 (no AMX / AVX512-BF16): PyTorch emulates it, "
+            f"bf16 was asked for on a {device} without native bf16 (a CPU needs AMX or AVX512-BF16): it is emulated, "
             "many times slower than fp32; use precision/dtype 'native' to get fp32 here and bf16 where it is native"
         )
     return None

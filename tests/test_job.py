@@ -74,7 +74,7 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     steps = [(r["round"], r["step"]) for r in read_metrics(out / "metrics.jsonl")]
     assert steps == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
     starts = [json.loads(line) for line in (out / "learner.jsonl").read_text().splitlines()]
-    assert [r["from_step"] for r in starts][0] == 0 and len(starts) == 2 and starts[1]["from_step"] >= 3
+    assert len(starts) == 2 and starts[0]["from_step"] == 0 and starts[1]["from_step"] >= 3
     assert {r["precision"] for r in starts} == {"fp32"}  # the default, whatever the CPU
     for name in (
         "round_0/env_config.yaml", "round_0/engineer/prompt.md", "round_0/engineer/response.txt",
