@@ -1,5 +1,6 @@
 """The learner's DeepSpeed engine and GRPO loss on one accelerator with a randomly initialised Qwen3-4B-shaped
-model in bf16: step time, training tokens/s, peak memory and FLOPs utilisation (docs/scaling.md).
+model in bf16 (``--precision native``: bf16 where the device computes it natively, fp32 elsewhere): step time,
+training tokens/s, peak memory and FLOPs utilisation against the matmul peak in the same precision (docs/scaling.md).
 
 It runs the project's ``actors.learner.Learner`` in this process, without a Ray cluster (the GPU machines
 this was measured on have torch, transformers and DeepSpeed but no Ray): a stand-in ``ray`` module turns the
@@ -112,6 +113,7 @@ def main() -> None:
     parser.add_argument("--updates-per-batch", type=int, default=1, help="optimizer steps on each batch")
     parser.add_argument("--zero-stage", type=int, default=0)
     parser.add_argument("--threads", type=int, default=8, help="torch threads when on CPU")
+    parser.add_argument("--precision", choices=["native", "bf16", "fp32"], default="native")
     args = parser.parse_args()
 
     in_process_ray()
@@ -120,6 +122,7 @@ def main() -> None:
     from actors.learner import Learner
     from actors.settings import DeepSpeedConfig, GRPOConfig
     from benchmarks.peak import matmul_peak_gflops
+    from serving.hardware import resolve_precision
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -132,13 +135,15 @@ def main() -> None:
         (out / "gpu_learner.json").write_text(json.dumps(report, indent=1))
         print(json.dumps(report), flush=True)
 
-    report["bf16_peak_tflops"] = matmul_peak_gflops(size=8192 if cuda else 1024, device=device) / 1e3
+    report["precision"] = precision = resolve_precision(args.precision, device)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    report["peak_tflops"] = matmul_peak_gflops(dtype, size=8192 if cuda else 1024, device=device) / 1e3
     started = time.perf_counter()
     report["parameters"] = random_model(args.shape, out / "model", device)
     report["model_init_s"] = time.perf_counter() - started
     save()
 
-    deepspeed = DeepSpeedConfig(zero_stage=args.zero_stage, precision="bf16", torch_adam=True)
+    deepspeed = DeepSpeedConfig(zero_stage=args.zero_stage, precision=precision, torch_adam=True)
     learner = Learner(rank=0, world_size=1, model=str(out / "model"), settings=deepspeed, learning_rate=1e-6,
                       seed=0, warmup=0)  # fmt: skip
     started = time.perf_counter()
@@ -178,7 +183,7 @@ def main() -> None:
         report["seconds_per_step"] = seconds_per_step
         report["train_tokens_per_s"] = tokens / seconds_per_step
         # training FLOPs 6 x parameters x tokens (attention's own FLOPs left out), over the measured peak
-        report["mfu"] = 6 * report["parameters"] * tokens / seconds_per_step / (report["bf16_peak_tflops"] * 1e12)
+        report["mfu"] = 6 * report["parameters"] * tokens / seconds_per_step / (report["peak_tflops"] * 1e12)
         save()
 
     started = time.perf_counter()

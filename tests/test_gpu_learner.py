@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from serving.hardware import resolve_precision
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -19,6 +21,8 @@ def test_gpu_learner_check_trains_grpo_steps_and_reports(tmp_path):
     assert report["setup"]["trainable_parameters"] == report["parameters"] > 0
     assert [step["tokens"] for step in report["steps"]] == [2 * 4 * 32] * 2
     assert all(step["loss"] == step["loss"] and step["grad_norm"] > 0 for step in report["steps"])  # finite, learning
+    # MFU against the matmul peak in the precision the learner resolved (bf16 only where it is native)
+    assert report["precision"] == resolve_precision("native", "cpu")
     assert 0 < report["mfu"] < 1 and report["weights_gib"] > 0
     # two optimizer steps on each batch (grpo.updates_per_batch); the token counts are the batch's, once
     assert all(step["updates"] == 2 and step["train_tokens"] == 2 * 4 * 20 for step in report["steps"])
