@@ -445,14 +445,24 @@ class LearnerGroup:
             )
             for rank in range(resources.learners)
         ]
-        address, port = ray.get(self.actors[0].rendezvous.remote())
-        self.setup = self.call("setup", address, port, micro_batch_size, resources.learner_threads, reference)
+        # the ranks set up in the background (``wait_ready`` waits), e.g. while the serving engine starts
+        address, port = self.actors[0].rendezvous.options(num_returns=2).remote()
+        threads = resources.learner_threads
+        self._setting_up = [a.setup.remote(address, port, micro_batch_size, threads, reference) for a in self.actors]
+        self.setup: dict | None = None  # rank 0's setup report, once ``wait_ready`` has returned
+
+    def wait_ready(self) -> LearnerGroup:
+        """Wait until every rank has set up; rank 0's report goes to ``setup``."""
+        self.setup = self._gather("setup", self._setting_up)
+        return self
 
     def call(self, method: str, *args, grace_s: float = 10.0, **kwargs):
         """Call ``method`` on every rank; rank 0's answer. A rank that dies, or fails while another is still
         busy ``grace_s`` later (blocked in a collective that will never complete), breaks the group: it is
         shut down and ``LearnerGroupBroken`` raised at once. A failure on every rank is raised as it is."""
-        refs = [getattr(actor, method).remote(*args, **kwargs) for actor in self.actors]
+        return self._gather(method, [getattr(actor, method).remote(*args, **kwargs) for actor in self.actors], grace_s)
+
+    def _gather(self, method: str, refs: list, grace_s: float = 10.0):
         pending = refs
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
@@ -484,8 +494,7 @@ def start_policy(config, deployment: str, learning_rate: float, namespace: str, 
     ``config`` is a ``TrainConfig``; returns ``(policy, learners)``."""
     from serving.deployment import deploy
 
-    policy = deploy(config.serving_config(), name=deployment, route_prefix=f"/{deployment}")
-    learners = LearnerGroup(
+    learners = LearnerGroup(  # they set up while the engine starts
         config.model,
         config.deepspeed,
         config.resources,
@@ -497,4 +506,10 @@ def start_policy(config, deployment: str, learning_rate: float, namespace: str, 
         namespace=namespace,
         lora=config.grpo.lora,
     )
+    try:
+        policy = deploy(config.serving_config(), name=deployment, route_prefix=f"/{deployment}")
+        learners.wait_ready()
+    except BaseException:
+        learners.shutdown()
+        raise
     return policy, learners

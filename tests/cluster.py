@@ -34,8 +34,9 @@ def session_pids(sid: int) -> list[int]:
     return pids
 
 
-def end_session(process: subprocess.Popen, grace_s: float = 20.0) -> None:
-    """Ask the session leader to stop, then kill whatever is left of its session."""
+def end_session(process: subprocess.Popen, grace_s: float = 3.0) -> None:
+    """Ask the session leader to stop, then kill whatever is left of its session (a head's ``ray start
+    --block`` takes over 20 s to act on SIGTERM: its session is simply killed after ``grace_s``)."""
     sid = process.pid
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
