@@ -13,6 +13,15 @@ from tests.cluster import use_token_auth
 use_token_auth(Path(tempfile.mkdtemp(prefix="envengineer-ray-")))
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (scripts/test), each worker computes in-process torch on one thread, so two workers
+    do not oversubscribe the cores (the actors and engines they start set their own threads)."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def small_instances():
     """A few dozen generated 2- and 3-agent instances over all sizes (shared by the tests)."""
