@@ -7,7 +7,9 @@ Every knob here ends up in a metric or a file of the run directory: GRPO knobs i
 
 from __future__ import annotations
 
+import copy
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -185,22 +187,62 @@ class TrainConfig(_Config):
         return self.serving.model_copy(update=own | ({} if "seed" in given else {"seed": self.seed}))
 
 
-def _load(schema, path: str | Path, overrides: dict[str, Any] | None, what: str):
+def set_values(data: dict[str, Any], assignments: Sequence[str]) -> dict[str, Any]:
+    """``data`` with each ``dotted.key=VALUE`` of ``assignments`` set in it (the command line's ``--set``).
+    VALUE is read as YAML data (``1e-5``, ``[3, 4]``, ``null``, ``{hole_ratio: 0.15}``); a key that is an
+    integer in the file (a map size under ``env.sizes``) is matched as one. The schema then checks the result
+    as it checks the file, so a misspelt key is an unknown-field error."""
+    data = copy.deepcopy(data)
+    for assignment in assignments:
+        key, equals, text = assignment.partition("=")
+        parts = key.strip().split(".")
+        if not equals or not all(parts):
+            raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE, e.g. grpo.learning_rate=1e-5")
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise ConfigError(f"--set {assignment!r}: the value is not YAML data: {error}") from None
+        node = data
+        for depth, part in enumerate(parts):
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {assignment!r}: {'.'.join(parts[:depth])} is not a section")
+            name = int(part) if part not in node and part.isdigit() and int(part) in node else part
+            if depth == len(parts) - 1:
+                node[name] = value
+            else:
+                node = node.setdefault(name, {})
+    return data
+
+
+def changed_settings(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two nested mappings (a run's recorded config and the one
+    it is resumed with), each as ``key: old -> new``."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = list(old) + [k for k in new if k not in old]
+        return [line for k in keys for line in changed_settings(old.get(k), new.get(k), f"{prefix}{k}.")]
+    return [] if old == new else [f"{prefix.rstrip('.')}: {old!r} -> {new!r}"]
+
+
+def _load(schema, path: str | Path, overrides: dict[str, Any] | None, what: str, assignments: Sequence[str] = ()):
     try:
         data = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as error:
         raise ConfigError(f"{path}: cannot read: {error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
+    data = set_values(data | (overrides or {}), assignments)
     try:
-        return schema.model_validate(data | (overrides or {}))
+        return schema.model_validate(data)
     except ValidationError as error:
         raise ConfigError(f"{path}: {format_errors(error, what)}") from None
 
 
-def load_train_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
-    """Read a training YAML; relative paths in it are relative to the working directory."""
-    return _load(TrainConfig, path, overrides, "training config")
+def load_train_config(
+    path: str | Path, overrides: dict[str, Any] | None = None, assignments: Sequence[str] = ()
+) -> TrainConfig:
+    """Read a training YAML (with ``set_values``' assignments); relative paths in it are relative to the
+    working directory."""
+    return _load(TrainConfig, path, overrides, "training config", assignments)
 
 
 class EvalConfig(_Config):
@@ -240,5 +282,7 @@ class RunConfig(TrainConfig):
     benchmark: EvalConfig = Field(default_factory=lambda: EvalConfig(agents=[3, 4, 5], per_cell=10))
 
 
-def load_run_config(path: str | Path, overrides: dict[str, Any] | None = None) -> RunConfig:
-    return _load(RunConfig, path, overrides, "run config")
+def load_run_config(
+    path: str | Path, overrides: dict[str, Any] | None = None, assignments: Sequence[str] = ()
+) -> RunConfig:
+    return _load(RunConfig, path, overrides, "run config", assignments)

@@ -5,10 +5,11 @@ Each tracker is off unless its section is in the config (``tracking: {wandb: {..
 ``TrackingError`` saying which); once running, a tracker that fails is reported once as a warning and
 left out from then on. Nothing is lost: ``metrics.jsonl`` and the run folder stay the record.
 
-What is logged: the run config as parameters; every GRPO step's record (flattened: ``reward_mean``,
-``train/loss``, ``failures/hole``, ``time/generate``, ...) at its global step; each round's validation
-rates, failure breakdown and the engineer's decision (the diff as text); the report's plots, report.md
-and the final benchmark table as artifacts.
+What is logged: the run config as parameters (a run resumed with changed settings keeps the first values
+as MLflow parameters, which cannot change, and adds the new ones as tags ``resumed.<key>``); every GRPO
+step's record (flattened: ``reward_mean``, ``train/loss``, ``failures/hole``, ``time/generate``, ...) at its
+global step; each round's validation rates, failure breakdown and the engineer's decision (the diff as
+text); the report's plots, report.md and the final benchmark table as artifacts.
 """
 
 from __future__ import annotations
@@ -104,8 +105,12 @@ class _Mlflow:
             self.run_id = runs[0].info.run_id if runs else self.client.create_run(experiment, run_name=name).info.run_id
             if group:
                 self.client.set_tag(self.run_id, "envengineer.group", group)
+            logged = self.client.get_run(self.run_id).data.params  # a resumed run's, from its first start
             for key, value in list(flatten_params(params).items())[:500]:
-                self.client.log_param(self.run_id, key, value)
+                if key not in logged:
+                    self.client.log_param(self.run_id, key, value)
+                elif logged[key] != value:  # MLflow parameters cannot change: the resumed value is a tag
+                    self.client.set_tag(self.run_id, f"resumed.{key}", value)
         except Exception as error:  # noqa: BLE001 - bad URI, server down, permissions: it cannot start
             raise TrackingError(f"mlflow could not start at {config.tracking_uri!r}: {error}") from error
 

@@ -53,11 +53,21 @@ def token_hint() -> str | None:
     return None
 
 
-def _load(config: Path, **overrides):
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Change one setting of the YAML: KEY=VALUE with a dotted key and a YAML value, e.g. "
+        "grpo.learning_rate=1e-5 or env.sizes.3.hole_ratio=0.1; repeat for more.",
+    ),
+]
+
+
+def _load(config: Path, assignments: list[str] | None = None, **overrides):
     from actors.settings import load_train_config
 
     try:
-        return load_train_config(config, {k: str(v) for k, v in overrides.items() if v is not None})
+        return load_train_config(config, {k: str(v) for k, v in overrides.items() if v is not None}, assignments or [])
     except ConfigError as error:
         raise fail(str(error)) from None
 
@@ -77,11 +87,12 @@ def sft(
     config: Annotated[Path, typer.Option(help="Training YAML (its model, sft, deepspeed and resources sections).")],
     out: Annotated[Path, typer.Option(help="Folder for the warm-started model (Hugging Face format).")],
     model: Annotated[Path | None, typer.Option(help="Model to start from (default: the config's model).")] = None,
+    assignments: SetOption = None,
 ) -> None:
     """Warm-start the policy on solver demonstrations and report the held-out valid rate before and after."""
     from actors.sft import run_sft
 
-    settings = _load(config, model=model)
+    settings = _load(config, assignments, model=model)
     ensure_writable(out)
     connect_ray(settings.required_cpus())
 
@@ -101,13 +112,14 @@ def train(
     config: Annotated[Path, typer.Option(help="Training YAML (see configs/train_tiny.yaml).")],
     rounds: Annotated[int, typer.Option(help="Rounds to run on the config's environment.")] = 1,
     run_dir: Annotated[Path | None, typer.Option(help="Override the config's run_dir.")] = None,
+    assignments: SetOption = None,
 ) -> None:
     """GRPO on the config's environment: rollout workers, buffer, DeepSpeed learners and the vLLM
     deployment on Ray. Resumes from the run directory's newest checkpoint if there is one."""
     from actors.tracking import Tracker, TrackingError
     from actors.trainer import Trainer
 
-    settings = _load(config, run_dir=run_dir)
+    settings = _load(config, assignments, run_dir=run_dir)
     ensure_writable(Path(settings.run_dir))
     try:
         tracker = Tracker.start(settings.tracking, settings.label or Path(settings.run_dir).name,
@@ -133,13 +145,30 @@ def train(
         tracker.finish()
 
 
+def _warn_of_changes(recorded: Path, settings) -> None:
+    """Resuming: name every setting that differs from the run's recorded ``run_config.yaml`` (the run goes
+    on with the new ones, e.g. more rounds; a changed learning rate is more likely a mistake)."""
+    import yaml
+
+    from actors.settings import changed_settings
+
+    if recorded.exists():
+        changes = changed_settings(yaml.safe_load(recorded.read_text()), json.loads(settings.model_dump_json()))
+        if changes:
+            console.print(f"[yellow]warning:[/yellow] resuming with settings that differ from {recorded}:")
+            for line in changes:
+                console.print(f"  {line}")
+
+
 def run(
     config: Annotated[Path, typer.Argument(help="Run YAML (see configs/cpu-demo.yaml).")],
     out: Annotated[Path, typer.Option(help="Run directory.")],
     resume: Annotated[bool, typer.Option(help="Continue the run in --out from where it stopped.")] = False,
+    assignments: SetOption = None,
 ) -> None:
     """The main job: warm start, then rounds of GRPO -> validation -> environment engineer, then the
     benchmark table, report.md and plots. Joins RAY_ADDRESS or starts a local Ray."""
+    import shlex
     import time
 
     from actors.checkpoint import CheckpointError
@@ -152,9 +181,11 @@ def run(
     if RunDir(out).run_config.exists() and not resume:
         raise fail(f"{out} holds a run; pass --resume to continue it or choose another --out")
     try:
-        settings = load_run_config(config)
+        settings = load_run_config(config, assignments=assignments or [])
     except ConfigError as error:
         raise fail(str(error)) from None
+    if resume:
+        _warn_of_changes(RunDir(out).run_config, settings)
     ensure_writable(out)
     connect_ray(settings.required_cpus(), dashboard=True, dashboard_host=settings.network.dashboard_host)
     started = time.perf_counter()
@@ -163,7 +194,9 @@ def run(
     except TrackingError as error:
         raise fail(str(error)) from None
     except (CheckpointError, LearnerGroupBroken) as error:
-        resume_command = f"envengineer run {config} --out {out} --resume"
+        resume_command = " ".join(
+            [f"envengineer run {config} --out {out} --resume", *(f"--set {shlex.quote(a)}" for a in assignments or [])]
+        )
         raise fail(f"{error}\nthe run stopped; `{resume_command}` continues it", 1) from None
     console.print(f"done in {time.perf_counter() - started:.0f} s: {RunDir(out).report}")
     print(final["markdown"])
@@ -229,12 +262,31 @@ def eval_cmd(
     table = score(instances, {v.id: v for v in verdicts})
     if out:
         rows = [v.to_dict() | {"answer": a} for v, a in zip(verdicts, answers)]
-        out.write_text(json.dumps({"table": table.to_dict(), "verdicts": rows}, indent=1))
+        settings = {"model": model, "suite": suite, "agents": agents, "sizes": sizes, "per_cell": per_cell}
+        record = settings | {"max_tokens": max_tokens, "table": table.to_dict(), "verdicts": rows}
+        out.write_text(json.dumps(record, indent=1))
     print(table.to_markdown())
+
+
+def compare_cmd(
+    first: Annotated[Path, typer.Argument(help="A: `envengineer eval --out` JSON or a tune.rescore record.")],
+    second: Annotated[Path, typer.Argument(help="B: the same, scored on the same instances.")],
+) -> None:
+    """Pair two policies' scores instance by instance: per agent count both Sums, the instances B solves and A
+    does not (gained) and the reverse (lost), and the exact McNemar p-value of that split."""
+    from env.compare import CompareError, compare, read_scored, to_markdown
+
+    try:
+        a, b = read_scored(first), read_scored(second)
+        rows = compare(a, b)
+    except CompareError as error:
+        raise fail(str(error)) from None
+    print(to_markdown(a, b, rows))
 
 
 def register(app: typer.Typer) -> None:
     app.command("eval")(eval_cmd)
+    app.command("compare")(compare_cmd)
     app.command("tune")(tune_cmd)
     app.command()(sft)
     app.command()(train)

@@ -102,3 +102,8 @@ def test_training_commands_reject_a_bad_config_before_starting_anything(tmp_path
     for command in (["train"], ["sft", "--out", tmp_path / "out"]):
         result = cli(*command, "--config", bad, check=False)
         assert result.returncode == 2 and "grpo.groups: unknown field" in result.stderr
+    demo = ROOT / "configs" / "cpu-demo.yaml"
+    for assignment, reason in (("grpo.learing_rate=1e-5", "grpo.learing_rate: unknown field"),
+                               ("grpo.learning_rate", "expected KEY=VALUE")):  # fmt: skip
+        result = cli("run", demo, "--out", tmp_path / "run", "--set", assignment, check=False)
+        assert result.returncode == 2 and reason in result.stderr and not (tmp_path / "run").exists()

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from actors import checkpoint
 from actors.grpo import (
@@ -228,6 +229,35 @@ def test_training_config_rejects_unknown_keys_and_bad_serving_fields(tmp_path):
     path.write_text("model: [unclosed")
     with pytest.raises(ConfigError, match="cannot read"):
         load_train_config(path)
+
+
+def test_set_assignments_change_nested_settings_and_the_schema_checks_them(tmp_path):
+    from actors.settings import changed_settings, load_run_config, set_values
+
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump({"model": "m", "env": default_config().to_dict()}))
+    sizes = list(default_config().sizes)
+    assignments = ["grpo.learning_rate=1e-5", f"env.sizes.{sizes[0]}.hole_ratio=0.1", "seed=7", "label=run-7"]
+    config = load_train_config(path, assignments=assignments)
+    assert config.grpo.learning_rate == 1e-5 and config.seed == 7 and config.label == "run-7"
+    assert config.env.sizes[sizes[0]].hole_ratio == 0.1  # the size's key is an integer in the file
+    assert config.env.sizes[sizes[1]] == default_config().sizes[sizes[1]]
+    run = load_run_config(path, assignments=["benchmark={agents: [3], per_cell: 2}", "env=null"])
+    assert run.benchmark.agents == [3] and run.benchmark.per_cell == 2 and run.env is None  # YAML values
+    for bad, reason in (
+        (["grpo.learing_rate=1e-5"], "grpo.learing_rate"),  # misspelt: the schema's unknown-field error
+        (["grpo.learning_rate=fast"], "grpo.learning_rate"),
+        (["grpo.learning_rate"], "expected KEY=VALUE"),
+        (["=3"], "expected KEY=VALUE"),
+        (["model.name=m2"], "model is not a section"),
+        (["grpo.learning_rate=[1"], "not YAML data"),
+    ):
+        with pytest.raises(ConfigError, match=reason):
+            load_train_config(path, assignments=bad)
+    data = {"a": {"b": 1, "c": [1, 2]}, "d": "x"}
+    assert set_values(data, ["a.b=2"]) == {"a": {"b": 2, "c": [1, 2]}, "d": "x"} and data["a"]["b"] == 1
+    assert changed_settings(data, set_values(data, ["a.b=2", "a.e=5"])) == ["a.b: 1 -> 2", "a.e: None -> 5"]
+    assert changed_settings(data, data) == []
 
 
 def test_shipped_configs_load():

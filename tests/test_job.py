@@ -49,7 +49,8 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     command = [str(BIN / "envengineer"), "run", str(config), "--out", str(out)]
     environment = os.environ | {"RAY_ADDRESS": ray_cluster}
     with open(tmp_path / "first.log", "w") as log:
-        driver = subprocess.Popen(command, env=environment, stdout=log, stderr=log, start_new_session=True)
+        first = [*command, "--set", "checkpoint.keep=3"]  # a setting changed on the command line
+        driver = subprocess.Popen(first, env=environment, stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + 600
         while not any(r["round"] == 1 for r in read_metrics(out / "metrics.jsonl")):
             assert driver.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
@@ -66,6 +67,7 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
 
     refused = subprocess.run(command, env=environment, capture_output=True, text=True)
     assert refused.returncode == 2 and "--resume" in refused.stderr
+    assert yaml.safe_load((out / "run_config.yaml").read_text())["checkpoint"]["keep"] == 3
     started = time.monotonic()
     rerun = subprocess.run([*command, "--resume"], env=environment, capture_output=True, text=True, timeout=900)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
@@ -94,6 +96,7 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     report = (out / "report.md").read_text()
     assert "![validation](plots/validation_by_size.png)" in report
     assert "round 1 done: validation valid" in rerun.stderr  # the one-line summary of a round
+    assert "resuming with settings that differ" in rerun.stderr and "checkpoint.keep: 3 -> 2" in rerun.stderr
     assert_tracked(tmp_path / "mlruns", out)
     assert "**Before RL (the starting policy)**" in report and "**After RL**" in report  # both tables
     record_fault("driver (envengineer run) SIGKILLed in round 1 of 2",
@@ -116,6 +119,8 @@ def assert_tracked(mlruns, out) -> None:
     rounds = client.get_metric_history(run.info.run_id, "validation.valid_rate")
     assert len({m.value for m in rounds}) >= 1 and len(rounds) >= 2
     assert run.data.params["grpo.steps_per_round"] == "3"
+    # resumed without the first start's --set: the parameter keeps its first value, the new one is a tag
+    assert run.data.params["checkpoint.keep"] == "3" and run.data.tags["resumed.checkpoint.keep"] == "2"
     assert "report.md" in {a.path for a in client.list_artifacts(run.info.run_id)}
     assert len({p.name.split("-")[-1] for p in (out / "wandb").glob("offline-run-*")}) == 1  # one run id
 
@@ -132,6 +137,17 @@ def test_eval_scores_an_openai_compatible_endpoint(policy, serve_port, tmp_path)
     assert "| 2 |" in result.stdout
     scores = json.loads(out.read_text())
     assert len(scores["verdicts"]) == 8 * 3 and set(scores["table"]) == {"2"}
+    assert scores["suite"] == "validation" and scores["per_cell"] == 1 and scores["model"] == "openai:fixture"
+
+    # `envengineer compare` pairs it with another policy's scores on the same instances: here a copy with one
+    # more instance solved
+    first = next(row for row in scores["verdicts"] if not row["valid"])
+    first["valid"] = first["optimal"] = True
+    (tmp_path / "better.json").write_text(json.dumps(scores))
+    compared = subprocess.run([str(BIN / "envengineer"), "compare", str(out), str(tmp_path / "better.json")],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    assert "| 2 | 24 |" in compared.stdout and "| 1/0 (p 1) | 1/0 (p 1) |" in compared.stdout
 
 
 def test_engineer_asks_an_openai_compatible_endpoint_under_the_schema(policy, serve_port, small_instances):

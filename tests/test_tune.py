@@ -207,14 +207,6 @@ def fake_record(run_dir, name: str, solved: list[str]) -> None:
     (run_dir / "rescore" / f"{name}.json").write_text(json.dumps(record | {"valid": solved, "optimal": solved}))
 
 
-def test_mcnemar_p_values_match_the_binomial_test():
-    from tune.rescore import mcnemar_p
-
-    assert mcnemar_p(0, 0) == 1.0 and mcnemar_p(3, 3) == 1.0
-    assert mcnemar_p(6, 0) == pytest.approx(2 / 64)  # all six changes one way
-    assert mcnemar_p(20, 8) == pytest.approx(0.0357, abs=1e-4) == mcnemar_p(8, 20)  # scipy.stats.binomtest
-
-
 def test_the_rescore_summary_pairs_each_trial_with_the_start(tmp_path):
     from tune.rescore import main as rescore_main
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from actors.run_dir import RunDir, read_json
-from env.benchmark import BENCHMARK, parse_id, score
+from env.benchmark import BENCHMARK, score
+from env.compare import gained_lost, mcnemar_p
 from env.instance import Instance
 from env.markdown import md_head, md_row
 from tune.spec import Sweep, load_sweep, shared_start, trial_dir
@@ -102,24 +102,8 @@ def sums_text(table: dict) -> str:
     return ", ".join(f"{a} agents {t['sum']['acc']:.1f}/{t['sum']['opt']:.1f}" for a, t in table.items())
 
 
-def gained_lost(record: dict, start: dict, agents: int) -> tuple[int, int]:
-    """Instances with ``agents`` agents the policy solves (valid) and the start does not, and the reverse."""
-    mine, theirs = ({i for i in ids if parse_id(i)["agents"] == agents} for ids in (record["valid"], start["valid"]))
-    return len(mine - theirs), len(theirs - mine)
-
-
-def mcnemar_p(gained: int, lost: int) -> float:
-    """Exact two-sided McNemar p-value: how likely a split at least this uneven of the instances that changed
-    would be if gaining and losing one were equally likely (a binomial test at 1/2)."""
-    changed = gained + lost
-    if changed == 0:
-        return 1.0
-    tail = sum(math.comb(changed, k) for k in range(min(gained, lost) + 1)) / 2**changed
-    return min(1.0, 2 * tail)
-
-
 def _gained_lost_cell(record: dict, start: dict, agents: int) -> str:
-    gained, lost = gained_lost(record, start, agents)
+    gained, lost = gained_lost(set(record["valid"]), set(start["valid"]), agents)
     return f"{gained}/{lost} (p {mcnemar_p(gained, lost):.2g})"
 
 

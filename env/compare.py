@@ -1,0 +1,157 @@
+"""Two policies' greedy scores on the same suite instances, paired instance by instance.
+
+A difference in the paper's Sum can be instance noise: two policies that each solve about a quarter of the
+benchmark differ on a few hundred instances either way. The paired view counts, per agent count, the
+instances the second policy solves and the first does not (gained) and the reverse (lost), and gives the
+exact McNemar p-value of that split: how likely a split at least this uneven would be if each changed
+instance were equally likely to go either way (instance noise only; a new seed of the same training run is
+another source of spread this does not see).
+
+Reads the JSON that ``envengineer eval --out`` writes (a verdict per instance) and the records of
+``python -m tune.rescore`` (the ids each policy solved, on the suite's first ``per_cell`` instances a cell).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Set
+from dataclasses import dataclass
+from pathlib import Path
+
+from env.benchmark import SUITES, parse_id
+
+
+class CompareError(ValueError):
+    """A file that is not a scored record, or two records of different instances."""
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One policy's greedy results: which suite instances were scored, which it solved (valid, optimal)."""
+
+    label: str
+    scored: frozenset[str]
+    valid: frozenset[str]
+    optimal: frozenset[str]
+
+
+@dataclass(frozen=True)
+class PairedRow:
+    """One agent count: both policies' Sums (acc./opt., % as in the paper's table) and the paired splits."""
+
+    agents: int
+    instances: int
+    first: tuple[float, float]  # (acc. Sum, opt. Sum) of the first policy
+    second: tuple[float, float]
+    valid: tuple[int, int]  # (gained, lost): solved by the second and not the first, and the reverse
+    optimal: tuple[int, int]
+
+    @property
+    def valid_p(self) -> float:
+        return mcnemar_p(*self.valid)
+
+    @property
+    def optimal_p(self) -> float:
+        return mcnemar_p(*self.optimal)
+
+
+def mcnemar_p(gained: int, lost: int) -> float:
+    """Exact two-sided McNemar p-value: how likely a split at least this uneven of the instances that changed
+    would be if gaining and losing one were equally likely (a binomial test at 1/2)."""
+    changed = gained + lost
+    if changed == 0:
+        return 1.0
+    tail = sum(math.comb(changed, k) for k in range(min(gained, lost) + 1)) / 2**changed
+    return min(1.0, 2 * tail)
+
+
+def gained_lost(mine: Set[str], theirs: Set[str], agents: int) -> tuple[int, int]:
+    """Instances with ``agents`` agents in ``mine`` and not in ``theirs``, and the reverse."""
+    mine, theirs = ({i for i in ids if parse_id(i)["agents"] == agents} for ids in (mine, theirs))
+    return len(mine - theirs), len(theirs - mine)
+
+
+def read_scored(path: str | Path) -> Scored:
+    """An ``envengineer eval --out`` file or a ``tune.rescore`` record; ``CompareError`` for anything else."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CompareError(f"{path}: not a readable JSON file ({error})") from error
+    if isinstance(data, dict) and isinstance(data.get("verdicts"), list):
+        rows = data["verdicts"]
+        if not all(isinstance(r, dict) and isinstance(r.get("id"), str) for r in rows):
+            raise CompareError(f"{path}: every verdict needs an id")
+        scored = frozenset(r["id"] for r in rows)
+        valid = frozenset(r["id"] for r in rows if r.get("valid") is True)
+        optimal = frozenset(r["id"] for r in rows if r.get("optimal") is True)
+    elif isinstance(data, dict) and {"suite", "per_cell", "valid", "optimal"} <= data.keys():
+        suite, per_cell = SUITES.get(data["suite"]), data["per_cell"]
+        if suite is None or not (per_cell is None or isinstance(per_cell, int)):
+            raise CompareError(f"{path}: unknown suite {data['suite']!r} or per_cell {per_cell!r}")
+        scored = frozenset(s.id for s in suite.specs() if per_cell is None or parse_id(s.id)["index"] < per_cell)
+        valid, optimal = frozenset(data["valid"]), frozenset(data["optimal"])
+    else:
+        raise CompareError(
+            f"{path}: not a scored record (expected the JSON of `envengineer eval --out` or a tune.rescore record)"
+        )
+    if stray := sorted(i for i in scored | valid | optimal if not isinstance(i, str) or parse_id(i) is None):
+        raise CompareError(f"{path}: {len(stray)} ids are not suite instance ids, e.g. {stray[0]!r}")
+    if not (valid <= scored and optimal <= valid):
+        raise CompareError(f"{path}: solved ids outside the scored instances, or optimal ones that are not valid")
+    return Scored(str(path), scored, valid, optimal)
+
+
+def sums(scored: Scored, agents: int) -> tuple[float, float]:
+    """The paper's acc. and opt. Sum for ``agents`` agents: the mean over map sizes of the per-size rates, %."""
+    sizes: dict[int, list[str]] = {}
+    for i in scored.scored:
+        cell = parse_id(i)
+        if cell["agents"] == agents:
+            sizes.setdefault(cell["size"], []).append(i)
+    acc = [100 * sum(i in scored.valid for i in ids) / len(ids) for ids in sizes.values()]
+    opt = [100 * sum(i in scored.optimal for i in ids) / len(ids) for ids in sizes.values()]
+    return sum(acc) / len(acc), sum(opt) / len(opt)
+
+
+def compare(first: Scored, second: Scored) -> list[PairedRow]:
+    """Per agent count, both Sums and the instances the second gained and lost against the first; the two
+    must have scored the same instances."""
+    if first.scored != second.scored:
+        raise CompareError(
+            f"the two scored different instances ({len(first.scored)} and {len(second.scored)}, "
+            f"{len(first.scored & second.scored)} in common): score both on the same suite, agents, sizes and per-cell"
+        )
+    rows = []
+    for agents in sorted({parse_id(i)["agents"] for i in first.scored}):
+        count = sum(parse_id(i)["agents"] == agents for i in first.scored)
+        valid = gained_lost(second.valid, first.valid, agents)
+        optimal = gained_lost(second.optimal, first.optimal, agents)
+        rows.append(PairedRow(agents, count, sums(first, agents), sums(second, agents), valid, optimal))
+    return rows
+
+
+def to_markdown(first: Scored, second: Scored, rows: list[PairedRow]) -> str:
+    """The comparison as a Markdown table, with a line naming the two policies."""
+
+    def pair(values: tuple[float, float]) -> str:
+        return f"{values[0]:.1f}/{values[1]:.1f}"
+
+    def split(counts: tuple[int, int], p: float) -> str:
+        return f"{counts[0]}/{counts[1]} (p {p:.2g})"
+
+    lines = [
+        f"A = {first.label}, B = {second.label}; acc./opt. Sum in %; gained/lost: instances B solves and A "
+        "does not, and the reverse, with the exact McNemar p-value of that split.",
+        "",
+        "| agents | instances | A | B | B - A | valid gained/lost | optimal gained/lost |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        change = (r.second[0] - r.first[0], r.second[1] - r.first[1])
+        lines.append(
+            f"| {r.agents} | {r.instances} | {pair(r.first)} | {pair(r.second)} | {change[0]:+.1f}/{change[1]:+.1f} "
+            f"| {split(r.valid, r.valid_p)} | {split(r.optimal, r.optimal_p)} |"
+        )
+    return "\n".join(lines) + "\n"
