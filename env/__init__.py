@@ -1,4 +1,5 @@
-"""MAPF-FrozenLake: the testbed (config, generator, solver, prompt codec, evaluator, environments).
+"""MAPF-FrozenLake: the testbed (config, generator, solver, prompt codec, evaluator, environments, the
+evaluation suites and the paired comparison of two policies' scores on them).
 
 Pure Python + numpy + pydantic + pyyaml (+ gymnasium/pettingzoo for the ecosystem wrappers); imports
 nothing from Ray, torch or vLLM. Importing it registers the Gymnasium id
