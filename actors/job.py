@@ -116,15 +116,22 @@ def stop_engineer(config: RunConfig) -> None:
         undeploy(config.app_name("base"))
 
 
-def record_learner(run: RunDir, trainer: Trainer, log: Log) -> None:
-    """Log the learners' device and resolved precision and append them to ``learner.jsonl`` (one line per start
-    or resume: a resumed run may land on other hardware)."""
-    learner = trainer.learners.setup
-    log(f"learner: {learner['device']}, {learner['precision']}")
+def record_start(run: RunDir, trainer: Trainer, log: Log) -> None:
+    """Log the learners' device and resolved precision and the code's commit, and append them to
+    ``learner.jsonl`` and ``provenance.jsonl`` (one line per start or resume: a resumed run may land on other
+    hardware, or run other code)."""
+    from actors.provenance import collect
+
+    learner, provenance = trainer.learners.setup, collect()
+    code = provenance["code"]
+    log(f"learner: {learner['device']}, {learner['precision']}; code: {code['commit'] or 'not a git checkout'}"
+        + (" with uncommitted changes" if code["dirty"] else ""))  # fmt: skip
     if learner["precision_warning"]:
         log(f"warning: {learner['precision_warning']}")
-    with run.learner.open("a") as out:
-        out.write(json.dumps({"from_step": trainer.state.global_step} | learner) + "\n")
+    step = {"from_step": trainer.state.global_step}
+    for path, record in ((run.learner, learner), (run.provenance, provenance)):
+        with path.open("a") as out:
+            out.write(json.dumps(step | record) + "\n")
 
 
 def run_job(
@@ -163,7 +170,7 @@ def run_job(
     try:
         if trainer.resume():
             log(f"resumed from {trainer.resumed_from}")
-        record_learner(run, trainer, log)
+        record_start(run, trainer, log)
         engineer = start_engineer(config, trainer, model)
         env = round_config(run, 0, round0(config))
         replay = None
@@ -372,6 +379,8 @@ def benchmark_report(run: RunDir, validator, config: RunConfig, log: Log) -> dic
     table = score(instances, {v.id: v for v in verdicts})
     run.benchmark.parent.mkdir(parents=True, exist_ok=True)
     result = {"table": table.to_dict(), "markdown": table.to_markdown()}
+    solved = {"valid": [v.id for v in verdicts if v.valid], "optimal": [v.id for v in verdicts if v.optimal]}
+    result |= {"scored": [i.id for i in instances]} | solved  # for `envengineer compare` (env.compare)
     run.benchmark.write_text(json.dumps(result, indent=1))
     log("\n" + table.to_markdown())
     return result

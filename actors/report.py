@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from actors.metrics import read_metrics
@@ -159,5 +160,23 @@ def write_report(out: str | Path) -> Path:
         lines += ["", "## Benchmark (acc./opt. in %, Sum = mean over sizes)"]
         for title, path in tables:
             lines += ["", f"**{title}**", "", read_json(path)["markdown"]]
+    if run.provenance.exists():
+        lines += ["", "## Provenance", ""] + provenance_lines(run.provenance)
     run.report.write_text("\n".join(lines) + "\n")
     return run.report
+
+
+def provenance_lines(path: Path) -> list[str]:
+    """One line per start or resume of the run: the step it started from, the code's commit, the libraries and
+    the driver's machine (``provenance.jsonl``)."""
+    lines = []
+    for text in path.read_text().splitlines():
+        record = json.loads(text)
+        code = record["code"]
+        commit = code["commit"][:12] if code["commit"] else "not a git checkout"
+        commit += " (with uncommitted changes)" if code["dirty"] else ""
+        packages = ", ".join(f"{name} {version}" for name, version in record["packages"].items() if version)
+        machine = record["machine"]
+        lines.append(f"- from step {record['from_step']} ({record['time']}): code {commit}; {packages}; "
+                     f"{machine['cpu']} x{machine['cpus']}, bf16 native: {machine['cpu_native_bf16']}")  # fmt: skip
+    return lines

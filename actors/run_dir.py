@@ -4,6 +4,7 @@ run_config.yaml            the run's config, as given
 metrics.jsonl              one record per GRPO step (and TensorBoard events beside it)
 samples.jsonl              with grpo.log_samples: a few groups of sampled responses per step, scored
 learner.jsonl              the learners' device and resolved precision, one line per start or resume
+provenance.jsonl           the code's git commit, library versions, the driver's machine; a line per start or resume
 checkpoints/step-N/        the trainer's resume record
 kept/                      revert_below_start: the learners' state a round that validates below the start returns to
 start/                     the starting policy scored before RL: a RunDir with validation.json and final/
@@ -50,6 +51,7 @@ class RunDir:
         self.metrics = self.path / "metrics.jsonl"
         self.samples = self.path / "samples.jsonl"
         self.learner = self.path / "learner.jsonl"
+        self.provenance = self.path / "provenance.jsonl"
         self.validation = self.path / "validation.json"  # a scored start's (round -1)
         self.benchmark = self.path / "final" / "benchmark.json"
         self.plots = self.path / "plots"

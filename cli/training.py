@@ -206,13 +206,14 @@ def tune_cmd(
     sweep_file: Annotated[Path, typer.Argument(help="Sweep YAML (see configs/ablation-cpu.yaml).")],
     out: Annotated[Path, typer.Option(help="Sweep directory: Tune's files, one run directory per trial, summary.")],
     resume: Annotated[bool, typer.Option(help="Continue the sweep in --out; finished trials are not rerun.")] = False,
+    assignments: SetOption = None,
 ) -> None:
     """A Ray Tune sweep whose trials are whole runs of the main job (variants x seeds); writes
     summary.md, summary.csv and summary.png. Joins RAY_ADDRESS or starts a local Ray."""
     from tune.sweep import load_sweep, run_sweep, trial_resources
 
     try:
-        sweep = load_sweep(sweep_file)
+        sweep = load_sweep(sweep_file, assignments or [])
     except ConfigError as error:
         raise fail(str(error)) from None
     if (out / "tune").exists() and not resume:
@@ -269,15 +270,18 @@ def eval_cmd(
 
 
 def compare_cmd(
-    first: Annotated[Path, typer.Argument(help="A: `envengineer eval --out` JSON or a tune.rescore record.")],
+    first: Annotated[
+        Path, typer.Argument(help="A: `envengineer eval --out` JSON, a run folder (its start: RUN/start) or a record.")
+    ],
     second: Annotated[Path, typer.Argument(help="B: the same, scored on the same instances.")],
 ) -> None:
     """Pair two policies' scores instance by instance: per agent count both Sums, the instances B solves and A
     does not (gained) and the reverse (lost), and the exact McNemar p-value of that split."""
+    from actors.run_dir import RunDir
     from env.compare import CompareError, compare, read_scored, to_markdown
 
     try:
-        a, b = read_scored(first), read_scored(second)
+        a, b = (read_scored(RunDir(p).benchmark if p.is_dir() else p) for p in (first, second))
         rows = compare(a, b)
     except CompareError as error:
         raise fail(str(error)) from None

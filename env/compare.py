@@ -7,8 +7,10 @@ exact McNemar p-value of that split: how likely a split at least this uneven wou
 instance were equally likely to go either way (instance noise only; a new seed of the same training run is
 another source of spread this does not see).
 
-Reads the JSON that ``envengineer eval --out`` writes (a verdict per instance) and the records of
-``python -m tune.rescore`` (the ids each policy solved, on the suite's first ``per_cell`` instances a cell).
+Reads the JSON that ``envengineer eval --out`` writes (a verdict per instance), a run's benchmark record
+(``final/benchmark.json``, and ``start/final/benchmark.json`` for its starting policy: the ids scored and
+solved) and the records of ``python -m tune.rescore`` (the ids each policy solved, on the suite's first
+``per_cell`` instances a cell).
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def gained_lost(mine: Set[str], theirs: Set[str], agents: int) -> tuple[int, int
 
 
 def read_scored(path: str | Path) -> Scored:
-    """An ``envengineer eval --out`` file or a ``tune.rescore`` record; ``CompareError`` for anything else."""
+    """An ``envengineer eval --out`` file, a run's benchmark record or a ``tune.rescore`` record;
+    ``CompareError`` for anything else."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -86,15 +89,23 @@ def read_scored(path: str | Path) -> Scored:
         scored = frozenset(r["id"] for r in rows)
         valid = frozenset(r["id"] for r in rows if r.get("valid") is True)
         optimal = frozenset(r["id"] for r in rows if r.get("optimal") is True)
+    elif isinstance(data, dict) and {"scored", "valid", "optimal"} <= data.keys():  # a run's benchmark.json
+        scored, valid, optimal = (frozenset(data[k]) for k in ("scored", "valid", "optimal"))
     elif isinstance(data, dict) and {"suite", "per_cell", "valid", "optimal"} <= data.keys():
         suite, per_cell = SUITES.get(data["suite"]), data["per_cell"]
         if suite is None or not (per_cell is None or isinstance(per_cell, int)):
             raise CompareError(f"{path}: unknown suite {data['suite']!r} or per_cell {per_cell!r}")
         scored = frozenset(s.id for s in suite.specs() if per_cell is None or parse_id(s.id)["index"] < per_cell)
         valid, optimal = frozenset(data["valid"]), frozenset(data["optimal"])
+    elif isinstance(data, dict) and "table" in data:
+        raise CompareError(
+            f"{path}: holds the table only, not which instances were solved (written by an older version): "
+            "score the policy again with `envengineer eval --out`"
+        )
     else:
         raise CompareError(
-            f"{path}: not a scored record (expected the JSON of `envengineer eval --out` or a tune.rescore record)"
+            f"{path}: not a scored record (expected the JSON of `envengineer eval --out`, a run's "
+            "final/benchmark.json or a tune.rescore record)"
         )
     if stray := sorted(i for i in scored | valid | optimal if not isinstance(i, str) or parse_id(i) is None):
         raise CompareError(f"{path}: {len(stray)} ids are not suite instance ids, e.g. {stray[0]!r}")

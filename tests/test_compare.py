@@ -41,6 +41,15 @@ def test_pairs_count_gains_and_losses_and_sums_average_over_sizes(tmp_path):
     )
 
 
+def test_a_runs_benchmark_record_reads_as_the_same_scores(tmp_path):
+    two = [s.id for s in VALIDATION.specs() if parse_id(s.id)["agents"] == 2]
+    a = eval_file(tmp_path / "a.json", two, set(two[:5]), set(two[:2]))
+    record = {"table": {}, "markdown": "", "scored": two, "valid": two[:5], "optimal": two[:2]}  # actors.job
+    (tmp_path / "benchmark.json").write_text(json.dumps(record))
+    b = read_scored(tmp_path / "benchmark.json")
+    assert (b.scored, b.valid, b.optimal) == (read_scored(a).scored, read_scored(a).valid, read_scored(a).optimal)
+
+
 def test_committed_rescore_records_give_the_tables_and_splits_of_their_summary():
     """The shipped RL model's run (its seed-0 trial) against its start, from the committed records: the same
     Sums as each record's own table, and the split docs/results.md quotes (116 gained, 47 lost on 3 agents)."""
@@ -64,12 +73,14 @@ def test_what_cannot_be_compared_is_refused_with_the_reason(tmp_path):
     with pytest.raises(CompareError, match="different instances .120 and 30, 30 in common"):
         compare(read_scored(full), read_scored(part))
     (tmp_path / "text.json").write_text("not json")
+    (tmp_path / "old-benchmark.json").write_text(json.dumps({"table": {}, "markdown": ""}))
     (tmp_path / "config.json").write_text(json.dumps({"sizes": {}}))
     stray = eval_file(tmp_path / "stray.json", ["my/own/instance"], set(), set())
     unsound = eval_file(tmp_path / "unsound.json", two[:4], set(), {two[0]})
     for path, reason in (
         (tmp_path / "text.json", "not a readable JSON file"),
         (tmp_path / "config.json", "not a scored record"),
+        (tmp_path / "old-benchmark.json", "holds the table only"),
         (stray, "not suite instance ids"),
         (unsound, "optimal ones that are not valid"),
         (tmp_path / "missing.json", "not a readable JSON file"),

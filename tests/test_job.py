@@ -78,6 +78,9 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     starts = [json.loads(line) for line in (out / "learner.jsonl").read_text().splitlines()]
     assert len(starts) == 2 and starts[0]["from_step"] == 0 and starts[1]["from_step"] >= 3
     assert {r["precision"] for r in starts} == {"fp32"}  # the default, whatever the CPU
+    provenance = [json.loads(line) for line in (out / "provenance.jsonl").read_text().splitlines()]
+    assert [p["from_step"] for p in provenance] == [s["from_step"] for s in starts]  # the code of each start
+    assert all(p["packages"]["ray"] and "commit" in p["code"] for p in provenance)
     for name in (
         "round_0/env_config.yaml", "round_0/engineer/prompt.md", "round_0/engineer/response.txt",
         "round_1/env_config.yaml", "round_1/validation.json", "final/benchmark.json", "report.md",
@@ -99,6 +102,10 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     assert "resuming with settings that differ" in rerun.stderr and "checkpoint.keep: 3 -> 2" in rerun.stderr
     assert_tracked(tmp_path / "mlruns", out)
     assert "**Before RL (the starting policy)**" in report and "**After RL**" in report  # both tables
+    assert "## Provenance" in report and report.count("\n- from step ") == 2  # the start and the resume
+    compared = subprocess.run([str(BIN / "envengineer"), "compare", str(out / "start"), str(out)],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert compared.returncode == 0 and "\n| 3 | 24 |" in compared.stdout, compared.stderr[-2000:]  # 8 sizes x 3
     record_fault("driver (envengineer run) SIGKILLed in round 1 of 2",
            "`--resume` kept round 0 (validation, engineer decision, round 1 config), resumed training from the "
            "last checkpoint: every step once, then validation, benchmark and report", round(finished, 1),

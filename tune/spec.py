@@ -7,6 +7,7 @@ Read by the sweep runner (``tune.sweep``) and by the summary (``tune.summary``);
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors.run_dir import RunDir
-from actors.settings import RunConfig
+from actors.settings import RunConfig, set_values
 from actors.tracking import TrackingConfig
 from env.config import ConfigError, format_errors
 
@@ -88,11 +89,16 @@ class Sweep:
         return RunConfig.model_validate(self.base)
 
 
-def load_sweep(path: str | Path) -> Sweep:
-    """Read a sweep YAML and check every trial's run config (unknown keys anywhere are errors)."""
+def load_sweep(path: str | Path, assignments: Sequence[str] = ()) -> Sweep:
+    """Read a sweep YAML (with ``actors.settings.set_values``' assignments, e.g. ``seeds=[2]`` or
+    ``overrides.grpo.kl_coef=0``) and check every trial's run config (unknown keys anywhere are errors)."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
+        if assignments:
+            if not isinstance(data, dict):
+                raise ConfigError(f"{path}: expected a mapping at the top level")
+            data = set_values(data, assignments)
         settings = SweepConfig.model_validate(data)
         base_path = path.parent / settings.base
         base = yaml.safe_load(base_path.read_text())
