@@ -118,6 +118,7 @@ def test_two_trial_sweep_writes_the_summary_and_resumes_without_rerunning(warm_m
     for row in rows[1:]:  # every trial starts from the model scored before RL (its round -1)
         assert row["valid_r-1"] == rows[0]["valid_r-1"]
         assert 0.0 <= float(row["acc_sum_3"]) <= 1.0 and 0.0 <= float(row["valid_r0"]) <= 1.0
+        assert row["code"] and row["precision"] == "fp32"  # each trial's provenance.jsonl and learner.jsonl
     summary = (out / "summary.md").read_text()
     print(summary)  # shown with -s: the sweep's table
     assert "| fixed | 3 | done |" in summary and "| heuristic | 3 | done |" in summary and "3 agents" in summary
@@ -178,6 +179,9 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     (tmp_path / "runs" / "plr-s0" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
     starts = [{"from_step": 0, "precision": "fp32"}, {"from_step": 4, "precision": "bf16"}]  # resumed elsewhere
     (tmp_path / "runs" / "plr-s0" / "learner.jsonl").write_text("".join(json.dumps(r) + "\n" for r in starts))
+    codes = [{"commit": "0123456789ab", "dirty": False}, {"commit": "fedcba987654", "dirty": True}]
+    provenance = "".join(json.dumps({"from_step": s["from_step"], "code": c}) + "\n" for s, c in zip(starts, codes))
+    (tmp_path / "runs" / "plr-s0" / "provenance.jsonl").write_text(provenance)
     start = tmp_path / "shared" / "start"  # the starting policy, scored once by the sweep
     fake_trial(start, {3: 1.0}, [], 0.04)
     (start / "validation.json").write_text(json.dumps({"summary": {"valid_rate": 0.06, "optimal_rate": 0.02}}))
@@ -187,8 +191,9 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
     assert "| fixed | 0 | done | 10.0/5.0 | 6.0/2.0 | 10.0/5.0 | 20.0/10.0 | - |" in text  # trials start there
     assert "| rounds undone (below the start) |" in text and "| fixed | 1 | done | 30.0/15.0 |" in text
     assert "| 10.0/5.0 | 20.0/10.0 | r0 |" in text
-    assert "| plr | 0 | done | 50.0/25.0 | 6.0/2.0 | 10.0/5.0 | 20.0/10.0 | - | fp32/bf16 |" in text  # no guard: "-"
-    assert "| rounds undone (below the start) | precision |" in text and "| r0 | - |" in text  # no learner.jsonl
+    plr = "| plr | 0 | done | 50.0/25.0 | 6.0/2.0 | 10.0/5.0 | 20.0/10.0 | - | fp32/bf16 | 01234567/fedcba98* |"
+    assert plr in text  # no guard: "-"; resumed on other hardware and other (uncommitted) code
+    assert "| rounds undone (below the start) | precision | code |" in text and "| r0 | - | - |" in text  # no records
     assert "| 3 | 20.0/10.0 |" in text and "| 20.0±14.1/10.0±7.1 |" in text  # mean over seeds; Sum with std
     assert "| 50.0/25.0 |" in text and "| 50.0±0.0/25.0±0.0 |" in text
     assert (tmp_path / "summary_configs.png").stat().st_size > 0

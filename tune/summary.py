@@ -54,6 +54,9 @@ def trial_row(run: RunDir, variant: str, seed: int) -> dict[str, Any]:
         row |= _validation(r.validation, r.index)
     if run.learner.exists():  # the learners' resolved precision; runs from before learner.jsonl have none
         row["precision"] = "/".join(dict.fromkeys(r["precision"] for r in read_metrics(run.learner)))
+    if run.provenance.exists():  # the code of each start or resume; `*`: with uncommitted changes
+        codes = [p["code"] for p in read_metrics(run.provenance)]
+        row["code"] = "/".join(dict.fromkeys((c["commit"] or "?")[:8] + ("*" if c["dirty"] else "") for c in codes))
     if any(r.guard.exists() for r in run.rounds()):  # revert_below_start: the rounds the guard undid
         row["undone"] = [r.index for r in run.rounds() if r.undone()]
     steps = read_metrics(run.metrics) if run.metrics.exists() else []
@@ -109,6 +112,8 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
     head += ["rounds undone (below the start)"] if guarded else []
     precision = any("precision" in row for row in rows)
     head += ["precision"] if precision else []
+    code = any("code" in row for row in rows)
+    head += ["code"] if code else []
     lines = ["All figures in %.", "", *md_head(head)]
     for row in rows:
         cells = [row["variant"], str(row["seed"]), row["status"]]
@@ -116,6 +121,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
         cells += [_pair(row, f"valid_r{k}", f"optimal_r{k}") for k in rounds]
         cells += [", ".join(f"r{k}" for k in row.get("undone", [])) or "-"] if guarded else []
         cells += [row.get("precision", "-")] if precision else []
+        cells += [row.get("code", "-")] if code else []
         lines.append(md_row(cells))
     variants = list(dict.fromkeys(row["variant"] for row in rows))
     head = ["variant", "seeds done"] + [f"{a} agents acc Sum" for a in sums] + [f"{a} agents opt Sum" for a in sums]
