@@ -226,8 +226,29 @@ def tune_cmd(
     print(summary.read_text())
 
 
+def _model_folder(path: Path) -> Path:
+    """A model folder as it is; a run folder's policy now (``actors.checkpoint.final_model``: its newest
+    checkpoint's model, or the kept one the validation guard went back to); else a clear error."""
+    from actors.checkpoint import final_model
+    from actors.run_dir import RunDir
+
+    if (path / "config.json").exists():
+        return path
+    if RunDir(path).run_config.exists():
+        if (found := final_model(path)) is None or not (found / "config.json").exists():
+            raise fail(f"{path} is a run folder without a checkpoint yet")
+        console.print(f"{path}: the run's policy in {found}")
+        return found
+    raise fail(f"{path}: neither a model folder (no config.json) nor a run folder (no run_config.yaml)")
+
+
 def eval_cmd(
-    model: Annotated[str, typer.Option(help="A local model folder, or openai:NAME for an OpenAI-compatible endpoint.")],
+    model: Annotated[
+        str,
+        typer.Option(
+            help="A model folder, a run folder (its policy now), or openai:NAME (an OpenAI-compatible endpoint)."
+        ),
+    ],
     suite: Annotated[str, typer.Option(help="benchmark or validation.")] = "benchmark",
     agents: Annotated[list[int] | None, typer.Option(help="Agent counts (default: all of the suite's).")] = None,
     per_cell: Annotated[int | None, typer.Option(help="At most this many instances per cell.")] = None,
@@ -253,9 +274,10 @@ def eval_cmd(
         from serving.deployment import deploy
         from serving.settings import ServingConfig
 
+        folder = _model_folder(Path(model))
         connect_ray(1)
         policy = deploy(
-            ServingConfig(model=str(Path(model).resolve()), max_model_len=4096, dtype=dtype), "eval", "/eval", False
+            ServingConfig(model=str(folder.resolve()), max_model_len=4096, dtype=dtype), "eval", "/eval", False
         )
         answer = serve_answerer(policy.handle, max_tokens)
     console.print(f"scoring {model} on {len(instances)} {suite} instances")

@@ -3,6 +3,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from env.config import default_config, save_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,3 +109,23 @@ def test_training_commands_reject_a_bad_config_before_starting_anything(tmp_path
                                ("grpo.learning_rate", "expected KEY=VALUE")):  # fmt: skip
         result = cli("run", demo, "--out", tmp_path / "run", "--set", assignment, check=False)
         assert result.returncode == 2 and reason in result.stderr and not (tmp_path / "run").exists()
+
+
+def test_eval_takes_a_run_folder_as_its_policy_now_and_refuses_other_folders(tmp_path):
+    import typer
+
+    from cli.training import _model_folder
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "step-4" / "model").mkdir(parents=True)
+    (run / "run_config.yaml").write_text("model: m\n")
+    result = cli("eval", "--model", run, check=False)  # a checkpoint being written: no state.json yet
+    assert result.returncode == 2 and "without a checkpoint yet" in " ".join(result.stderr.split())  # unwrapped
+    (run / "checkpoints" / "step-4" / "state.json").write_text(json.dumps({"round": 1, "step": 0}))
+    (run / "checkpoints" / "step-4" / "model" / "config.json").write_text("{}")
+    assert _model_folder(run) == run / "checkpoints" / "step-4" / "model"
+    assert _model_folder(ROOT / "models" / "tiny-test") == ROOT / "models" / "tiny-test"
+    result = cli("eval", "--model", tmp_path, check=False)
+    assert result.returncode == 2 and "neither a model folder" in " ".join(result.stderr.split())
+    with pytest.raises(typer.Exit):
+        _model_folder(tmp_path / "missing")
