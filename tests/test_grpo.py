@@ -2,6 +2,7 @@
 checkpoint folders, metrics on resume, training configs."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -258,6 +259,9 @@ def test_set_assignments_change_nested_settings_and_the_schema_checks_them(tmp_p
     assert set_values(data, ["a.b=2"]) == {"a": {"b": 2, "c": [1, 2]}, "d": "x"} and data["a"]["b"] == 1
     assert changed_settings(data, set_values(data, ["a.b=2", "a.e=5"])) == ["a.b: 1 -> 2", "a.e: None -> 5"]
     assert changed_settings(data, data) == []
+    shipped = load_run_config(Path(__file__).resolve().parents[1] / "configs" / "grpo-lift.yaml")
+    recorded = yaml.safe_load(yaml.safe_dump(json.loads(shipped.model_dump_json())))  # as run_config.yaml
+    assert changed_settings(recorded, json.loads(shipped.model_dump_json())) == []  # a plain resume: no warning
 
 
 def test_shipped_configs_load():
