@@ -296,6 +296,7 @@ def compare_cmd(
         Path, typer.Argument(help="A: `envengineer eval --out` JSON, a run folder (its start: RUN/start) or a record.")
     ],
     second: Annotated[Path, typer.Argument(help="B: the same, scored on the same instances.")],
+    by_size: Annotated[bool, typer.Option(help="Also a row per map size, before each agent count's Sum.")] = False,
 ) -> None:
     """Pair two policies' scores instance by instance: per agent count both Sums, the instances B solves and A
     does not (gained) and the reverse (lost), and the exact McNemar p-value of that split."""
@@ -304,7 +305,7 @@ def compare_cmd(
 
     try:
         a, b = (read_scored(RunDir(p).benchmark if p.is_dir() else p) for p in (first, second))
-        rows = compare(a, b)
+        rows = compare(a, b, by_size)
     except CompareError as error:
         raise fail(str(error)) from None
     print(to_markdown(a, b, rows))

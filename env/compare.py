@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from env.benchmark import SUITES, parse_id
+from env.markdown import md_head, md_row
 
 
 class CompareError(ValueError):
@@ -40,11 +41,13 @@ class Scored:
 
 @dataclass(frozen=True)
 class PairedRow:
-    """One agent count: both policies' Sums (acc./opt., % as in the paper's table) and the paired splits."""
+    """One agent count (or one map size of it): both policies' Sums (acc./opt., % as in the paper's table;
+    for a size, its rates) and the paired splits."""
 
     agents: int
+    size: int | None  # None: all sizes, the Sum
     instances: int
-    first: tuple[float, float]  # (acc. Sum, opt. Sum) of the first policy
+    first: tuple[float, float]  # (acc., opt.) of the first policy
     second: tuple[float, float]
     valid: tuple[int, int]  # (gained, lost): solved by the second and not the first, and the reverse
     optimal: tuple[int, int]
@@ -68,9 +71,15 @@ def mcnemar_p(gained: int, lost: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def gained_lost(mine: Set[str], theirs: Set[str], agents: int) -> tuple[int, int]:
-    """Instances with ``agents`` agents in ``mine`` and not in ``theirs``, and the reverse."""
-    mine, theirs = ({i for i in ids if parse_id(i)["agents"] == agents} for ids in (mine, theirs))
+def _cell(ids: Set[str], agents: int, size: int | None = None) -> set[str]:
+    """The ids with ``agents`` agents (on ``size`` x ``size`` maps, if given)."""
+    return {i for i in ids if (c := parse_id(i))["agents"] == agents and size in (None, c["size"])}
+
+
+def gained_lost(mine: Set[str], theirs: Set[str], agents: int, size: int | None = None) -> tuple[int, int]:
+    """Instances with ``agents`` agents (on ``size`` maps, if given) in ``mine`` and not in ``theirs``, and the
+    reverse."""
+    mine, theirs = _cell(mine, agents, size), _cell(theirs, agents, size)
     return len(mine - theirs), len(theirs - mine)
 
 
@@ -114,21 +123,21 @@ def read_scored(path: str | Path) -> Scored:
     return Scored(str(path), scored, valid, optimal)
 
 
-def sums(scored: Scored, agents: int) -> tuple[float, float]:
-    """The paper's acc. and opt. Sum for ``agents`` agents: the mean over map sizes of the per-size rates, %."""
+def sums(scored: Scored, agents: int, size: int | None = None) -> tuple[float, float]:
+    """The paper's acc. and opt. Sum for ``agents`` agents: the mean over map sizes of the per-size rates, %
+    (with ``size``: that size's rates)."""
     sizes: dict[int, list[str]] = {}
-    for i in scored.scored:
-        cell = parse_id(i)
-        if cell["agents"] == agents:
-            sizes.setdefault(cell["size"], []).append(i)
-    acc = [100 * sum(i in scored.valid for i in ids) / len(ids) for ids in sizes.values()]
-    opt = [100 * sum(i in scored.optimal for i in ids) / len(ids) for ids in sizes.values()]
+    for i in _cell(scored.scored, agents, size):
+        sizes.setdefault(parse_id(i)["size"], []).append(i)
+    cells = [sizes[size] for size in sorted(sizes)]  # summed in the order of env.benchmark.ScoreTable
+    acc = [100 * sum(i in scored.valid for i in ids) / len(ids) for ids in cells]
+    opt = [100 * sum(i in scored.optimal for i in ids) / len(ids) for ids in cells]
     return sum(acc) / len(acc), sum(opt) / len(opt)
 
 
-def compare(first: Scored, second: Scored) -> list[PairedRow]:
-    """Per agent count, both Sums and the instances the second gained and lost against the first; the two
-    must have scored the same instances."""
+def compare(first: Scored, second: Scored, by_size: bool = False) -> list[PairedRow]:
+    """Per agent count (and, ``by_size``, per map size of it before its Sum), both scores and the instances
+    the second gained and lost against the first; the two must have scored the same instances."""
     if first.scored != second.scored:
         raise CompareError(
             f"the two scored different instances ({len(first.scored)} and {len(second.scored)}, "
@@ -136,10 +145,13 @@ def compare(first: Scored, second: Scored) -> list[PairedRow]:
         )
     rows = []
     for agents in sorted({parse_id(i)["agents"] for i in first.scored}):
-        count = sum(parse_id(i)["agents"] == agents for i in first.scored)
-        valid = gained_lost(second.valid, first.valid, agents)
-        optimal = gained_lost(second.optimal, first.optimal, agents)
-        rows.append(PairedRow(agents, count, sums(first, agents), sums(second, agents), valid, optimal))
+        sizes = sorted({parse_id(i)["size"] for i in _cell(first.scored, agents)}) if by_size else []
+        for size in [*sizes, None]:
+            count = len(_cell(first.scored, agents, size))
+            valid = gained_lost(second.valid, first.valid, agents, size)
+            optimal = gained_lost(second.optimal, first.optimal, agents, size)
+            scores = sums(first, agents, size), sums(second, agents, size)
+            rows.append(PairedRow(agents, size, count, *scores, valid, optimal))
     return rows
 
 
@@ -152,17 +164,19 @@ def to_markdown(first: Scored, second: Scored, rows: list[PairedRow]) -> str:
     def split(counts: tuple[int, int], p: float) -> str:
         return f"{counts[0]}/{counts[1]} (p {p:.2g})"
 
+    by_size = any(r.size is not None for r in rows)
     lines = [
-        f"A = {first.label}, B = {second.label}; acc./opt. Sum in %; gained/lost: instances B solves and A "
-        "does not, and the reverse, with the exact McNemar p-value of that split.",
+        f"A = {first.label}, B = {second.label}; acc./opt. Sum in % (per size: its rates); gained/lost: instances "
+        "B solves and A does not, and the reverse, with the exact McNemar p-value of that split.",
         "",
-        "| agents | instances | A | B | B - A | valid gained/lost | optimal gained/lost |",
-        "|---|---|---|---|---|---|---|",
+        *md_head(
+            ["agents", *(["size"] if by_size else []), "instances", "A", "B", "B - A"]
+            + ["valid gained/lost", "optimal gained/lost"]
+        ),  # fmt: skip
     ]
     for r in rows:
-        change = (r.second[0] - r.first[0], r.second[1] - r.first[1])
-        lines.append(
-            f"| {r.agents} | {r.instances} | {pair(r.first)} | {pair(r.second)} | {change[0]:+.1f}/{change[1]:+.1f} "
-            f"| {split(r.valid, r.valid_p)} | {split(r.optimal, r.optimal_p)} |"
-        )
+        size = [f"{r.size}x{r.size}" if r.size else "Sum"] if by_size else []
+        change = f"{r.second[0] - r.first[0]:+.1f}/{r.second[1] - r.first[1]:+.1f}"
+        cells = [str(r.agents), *size, str(r.instances), pair(r.first), pair(r.second), change]
+        lines.append(md_row(cells + [split(r.valid, r.valid_p), split(r.optimal, r.optimal_p)]))
     return "\n".join(lines) + "\n"

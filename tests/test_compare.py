@@ -65,6 +65,20 @@ def test_committed_rescore_records_give_the_tables_and_splits_of_their_summary()
     assert [r.valid for r in rows] == [(116, 47), (80, 41), (38, 21)]
     assert "6.5e-08" in to_markdown(read_scored(start), read_scored(trial), rows)
 
+    by_size = compare(read_scored(start), read_scored(trial), by_size=True)
+    assert [r for r in by_size if r.size is None] == rows  # each agent count's Sum row, after its sizes
+    table = json.loads(trial.read_text())["table"]
+    for agents in (3, 4, 5):
+        cells = [r for r in by_size if r.agents == agents and r.size is not None]
+        assert [r.size for r in cells] == list(range(agents, 11)) and {r.instances for r in cells} == {150}
+        assert sum(r.valid[0] for r in cells) == rows[agents - 3].valid[0]  # the gains add up to the Sum's
+        for r in cells:
+            assert r.second == pytest.approx((table[str(agents)]["sizes"][str(r.size)]["acc"],
+                                              table[str(agents)]["sizes"][str(r.size)]["opt"]))  # fmt: skip
+    result = cli("compare", start, trial, "--by-size")
+    assert "| 3 | 4x4 | 150 | 30.0/29.3 | 40.7/33.3 | +10.7/+4.0 | 19/3 (p 0.00086) |" in result.stdout
+    assert "| 3 | Sum | 1200 | 25.7/24.6 | 31.4/25.8 | +5.7/+1.2 | 116/47 (p 6.5e-08) |" in result.stdout
+
 
 def test_what_cannot_be_compared_is_refused_with_the_reason(tmp_path):
     two = [s.id for s in VALIDATION.specs() if parse_id(s.id)["agents"] == 2]
