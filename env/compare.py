@@ -99,13 +99,14 @@ def read_scored(path: str | Path) -> Scored:
         valid = frozenset(r["id"] for r in rows if r.get("valid") is True)
         optimal = frozenset(r["id"] for r in rows if r.get("optimal") is True)
     elif isinstance(data, dict) and {"scored", "valid", "optimal"} <= data.keys():  # a run's benchmark.json
-        scored, valid, optimal = (frozenset(data[k]) for k in ("scored", "valid", "optimal"))
+        scored, valid, optimal = (_ids(data, key, path) for key in ("scored", "valid", "optimal"))
     elif isinstance(data, dict) and {"suite", "per_cell", "valid", "optimal"} <= data.keys():
-        suite, per_cell = SUITES.get(data["suite"]), data["per_cell"]
-        if suite is None or not (per_cell is None or isinstance(per_cell, int)):
-            raise CompareError(f"{path}: unknown suite {data['suite']!r} or per_cell {per_cell!r}")
-        scored = frozenset(s.id for s in suite.specs() if per_cell is None or parse_id(s.id)["index"] < per_cell)
-        valid, optimal = frozenset(data["valid"]), frozenset(data["optimal"])
+        suite, per_cell = data["suite"], data["per_cell"]
+        if not isinstance(suite, str) or suite not in SUITES or not (per_cell is None or isinstance(per_cell, int)):
+            raise CompareError(f"{path}: unknown suite {suite!r} or per_cell {per_cell!r}")
+        specs = SUITES[suite].specs()
+        scored = frozenset(s.id for s in specs if per_cell is None or parse_id(s.id)["index"] < per_cell)
+        valid, optimal = _ids(data, "valid", path), _ids(data, "optimal", path)
     elif isinstance(data, dict) and "table" in data:
         raise CompareError(
             f"{path}: holds the table only, not which instances were solved (written by an older version): "
@@ -116,11 +117,17 @@ def read_scored(path: str | Path) -> Scored:
             f"{path}: not a scored record (expected the JSON of `envengineer eval --out`, a run's "
             "final/benchmark.json or a tune.rescore record)"
         )
-    if stray := sorted(i for i in scored | valid | optimal if not isinstance(i, str) or parse_id(i) is None):
+    if stray := sorted(i for i in scored | valid | optimal if parse_id(i) is None):
         raise CompareError(f"{path}: {len(stray)} ids are not suite instance ids, e.g. {stray[0]!r}")
     if not (valid <= scored and optimal <= valid):
         raise CompareError(f"{path}: solved ids outside the scored instances, or optimal ones that are not valid")
     return Scored(str(path), scored, valid, optimal)
+
+
+def _ids(data: dict, key: str, path: Path) -> frozenset[str]:
+    if not (isinstance(data[key], list) and all(isinstance(i, str) for i in data[key])):
+        raise CompareError(f"{path}: {key!r} is not a list of instance ids")
+    return frozenset(data[key])
 
 
 def sums(scored: Scored, agents: int, size: int | None = None) -> tuple[float, float]:
@@ -129,7 +136,7 @@ def sums(scored: Scored, agents: int, size: int | None = None) -> tuple[float, f
     sizes: dict[int, list[str]] = {}
     for i in _cell(scored.scored, agents, size):
         sizes.setdefault(parse_id(i)["size"], []).append(i)
-    cells = [sizes[size] for size in sorted(sizes)]  # summed in the order of env.benchmark.ScoreTable
+    cells = [sizes[s] for s in sorted(sizes)]  # summed in the order of env.benchmark.ScoreTable
     acc = [100 * sum(i in scored.valid for i in ids) / len(ids) for ids in cells]
     opt = [100 * sum(i in scored.optimal for i in ids) / len(ids) for ids in cells]
     return sum(acc) / len(acc), sum(opt) / len(opt)

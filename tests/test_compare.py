@@ -88,6 +88,8 @@ def test_what_cannot_be_compared_is_refused_with_the_reason(tmp_path):
         compare(read_scored(full), read_scored(part))
     (tmp_path / "text.json").write_text("not json")
     (tmp_path / "old-benchmark.json").write_text(json.dumps({"table": {}, "markdown": ""}))
+    (tmp_path / "numbers.json").write_text(json.dumps({"scored": [1, 2], "valid": [], "optimal": []}))
+    (tmp_path / "suite.json").write_text(json.dumps({"suite": ["x"], "per_cell": None, "valid": [], "optimal": []}))
     (tmp_path / "config.json").write_text(json.dumps({"sizes": {}}))
     stray = eval_file(tmp_path / "stray.json", ["my/own/instance"], set(), set())
     unsound = eval_file(tmp_path / "unsound.json", two[:4], set(), {two[0]})
@@ -95,6 +97,8 @@ def test_what_cannot_be_compared_is_refused_with_the_reason(tmp_path):
         (tmp_path / "text.json", "not a readable JSON file"),
         (tmp_path / "config.json", "not a scored record"),
         (tmp_path / "old-benchmark.json", "holds the table only"),
+        (tmp_path / "numbers.json", "'scored' is not a list of instance ids"),
+        (tmp_path / "suite.json", "unknown suite"),
         (stray, "not suite instance ids"),
         (unsound, "optimal ones that are not valid"),
         (tmp_path / "missing.json", "not a readable JSON file"),
