@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from actors.metrics import read_metrics
@@ -170,8 +169,7 @@ def provenance_lines(path: Path) -> list[str]:
     """One line per start or resume of the run: the step it started from, the code's commit, the libraries and
     the driver's machine (``provenance.jsonl``)."""
     lines = []
-    for text in path.read_text().splitlines():
-        record = json.loads(text)
+    for record in read_metrics(path):
         code = record["code"]
         commit = code["commit"][:12] if code["commit"] else "not a git checkout"
         commit += " (with uncommitted changes)" if code["dirty"] else ""
