@@ -27,6 +27,7 @@ from actors.settings import RunConfig
 from actors.tracking import Tracker
 from actors.validation import Validator, eval_instances
 from env.benchmark import BENCHMARK, VALIDATION, score
+from env.compare import solved_ids
 from env.config import ConfigError, EnvConfig, load_config, random_config, save_config
 from env.instance import Instance, read_instances, write_instances
 from env.render import ansi
@@ -379,8 +380,7 @@ def benchmark_report(run: RunDir, validator, config: RunConfig, log: Log) -> dic
     table = score(instances, {v.id: v for v in verdicts})
     run.benchmark.parent.mkdir(parents=True, exist_ok=True)
     result = {"table": table.to_dict(), "markdown": table.to_markdown()}
-    solved = {"valid": [v.id for v in verdicts if v.valid], "optimal": [v.id for v in verdicts if v.optimal]}
-    result |= {"scored": [i.id for i in instances]} | solved  # for `envengineer compare` (env.compare)
+    result |= {"scored": [i.id for i in instances]} | solved_ids(verdicts)  # for `envengineer compare`
     run.benchmark.write_text(json.dumps(result, indent=1))
     log("\n" + table.to_markdown())
     return result

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Set
+from collections.abc import Iterable, Set
 from dataclasses import dataclass
 from pathlib import Path
 
 from env.benchmark import SUITES, parse_id
+from env.evaluate import Verdict
 from env.markdown import md_head, md_row
 
 
@@ -69,6 +70,13 @@ def mcnemar_p(gained: int, lost: int) -> float:
         return 1.0
     tail = sum(math.comb(changed, k) for k in range(min(gained, lost) + 1)) / 2**changed
     return min(1.0, 2 * tail)
+
+
+def solved_ids(verdicts: Iterable[Verdict]) -> dict[str, list[str]]:
+    """The ids a policy solved, valid and optimal, sorted: what a scored record keeps beside its table (a run's
+    ``benchmark.json``, a ``tune.rescore`` record) so that it can be paired."""
+    verdicts = list(verdicts)
+    return {"valid": sorted(v.id for v in verdicts if v.valid), "optimal": sorted(v.id for v in verdicts if v.optimal)}
 
 
 def _cell(ids: Set[str], agents: int, size: int | None = None) -> set[str]:

@@ -50,6 +50,18 @@ def test_a_runs_benchmark_record_reads_as_the_same_scores(tmp_path):
     assert (b.scored, b.valid, b.optimal) == (read_scored(a).scored, read_scored(a).valid, read_scored(a).optimal)
 
 
+def test_solved_ids_are_what_a_scored_record_keeps_sorted():
+    from env.compare import solved_ids
+    from env.evaluate import Verdict
+
+    def verdict(i: str, valid: bool, optimal: bool) -> Verdict:
+        return Verdict(i, valid, optimal, optimal, None, None, None if valid else "hole", None, None, "")
+
+    verdicts = [verdict("b", True, False), verdict("a", True, True), verdict("c", False, False)]
+    assert solved_ids(verdicts) == {"valid": ["a", "b"], "optimal": ["a"]}
+    assert solved_ids(iter(verdicts)) == solved_ids(verdicts)  # any iterable, read once
+
+
 def test_committed_rescore_records_give_the_tables_and_splits_of_their_summary():
     """The shipped RL model's run (its seed-0 trial) against its start, from the committed records: the same
     Sums as each record's own table, and the split docs/results.md quotes (116 gained, 47 lost on 3 agents)."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from actors.run_dir import RunDir, read_json
 from env.benchmark import BENCHMARK, score
-from env.compare import gained_lost, mcnemar_p
+from env.compare import gained_lost, mcnemar_p, solved_ids
 from env.instance import Instance
 from env.markdown import md_head, md_row
 from tune.spec import Sweep, load_sweep, shared_start, trial_dir
@@ -64,12 +64,7 @@ def score_policy(model: str, sweep: Sweep, instances: list[Instance], max_tokens
         _, verdicts, _ = score_answers(serve_answerer(policy.handle, max_tokens), instances)
     finally:
         undeploy(name)
-    table = score(instances, {v.id: v for v in verdicts})
-    return {
-        "table": table.to_dict(),
-        "valid": sorted(v.id for v in verdicts if v.valid),
-        "optimal": sorted(v.id for v in verdicts if v.optimal),
-    }
+    return {"table": score(instances, {v.id: v for v in verdicts}).to_dict()} | solved_ids(verdicts)
 
 
 def rescore(
