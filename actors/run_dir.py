@@ -23,6 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from actors.metrics import read_metrics
+
 
 class RoundDir:
     """``round_<k>/``: the round's config, its validation report and the engineer's files."""
@@ -65,6 +67,16 @@ class RunDir:
 
     def round(self, k: int) -> RoundDir:
         return RoundDir(self.path / f"round_{k}")
+
+    def precision(self) -> str:
+        """The learners' resolved precision at each start or resume, e.g. ``bf16`` or ``bf16/fp32``; "" when
+        the run has no ``learner.jsonl`` (runs from before it)."""
+        return "/".join(dict.fromkeys(r["precision"] for r in read_metrics(self.learner)))
+
+    def code(self) -> str:
+        """The code's commit at each start or resume (8 hex digits; ``*``: with uncommitted changes)."""
+        codes = [r["code"] for r in read_metrics(self.provenance)]
+        return "/".join(dict.fromkeys((c["commit"] or "?")[:8] + ("*" if c["dirty"] else "") for c in codes))
 
     def rounds(self, validated: bool = False) -> list[RoundDir]:
         """The round folders in order (only those with a validation report, if ``validated``)."""

@@ -210,6 +210,7 @@ def tune_cmd(
 ) -> None:
     """A Ray Tune sweep whose trials are whole runs of the main job (variants x seeds); writes
     summary.md, summary.csv and summary.png. Joins RAY_ADDRESS or starts a local Ray."""
+    from actors.run_status import write_sweep_record
     from tune.sweep import load_sweep, run_sweep, trial_resources
 
     try:
@@ -219,6 +220,7 @@ def tune_cmd(
     if (out / "tune").exists() and not resume:
         raise fail(f"{out} holds a sweep; pass --resume to continue it or choose another --out")
     ensure_writable(out)
+    write_sweep_record(out, sweep_file, assignments or [])  # `envengineer status` names the command that continues
     cpus = max(trial_resources(c)["CPU"] for c in sweep.configs.values())
     connect_ray(cpus, dashboard=True, dashboard_host=sweep.base_config().network.dashboard_host)
     summary = run_sweep(sweep, out, resume=resume, log=console.print)
@@ -311,7 +313,27 @@ def compare_cmd(
     print(to_markdown(a, b, rows))
 
 
+def status_cmd(
+    path: Annotated[
+        Path, typer.Argument(help="A run folder (`envengineer run --out`) or a sweep folder (`tune --out`).")
+    ],
+) -> None:
+    """Where a run or a sweep stands, from its folder alone: steps and rounds done, the newest checkpoint, the
+    validation per round, the benchmark before and after, and the command that continues it."""
+    from actors.run_dir import RunDir
+    from actors.run_status import describe_run, describe_sweep, run_status
+
+    if RunDir(path).run_config.exists():
+        lines = describe_run(run_status(path))
+    elif (path / "runs").is_dir() or (path / "tune").is_dir():
+        lines = describe_sweep(path)
+    else:
+        raise fail(f"{path}: neither a run folder (no run_config.yaml) nor a sweep folder (no runs/ or tune/)")
+    print("\n".join(lines))
+
+
 def register(app: typer.Typer) -> None:
+    app.command("status")(status_cmd)
     app.command("eval")(eval_cmd)
     app.command("compare")(compare_cmd)
     app.command("tune")(tune_cmd)

@@ -53,10 +53,9 @@ def trial_row(run: RunDir, variant: str, seed: int) -> dict[str, Any]:
     for r in run.rounds():
         row |= _validation(r.validation, r.index)
     if run.learner.exists():  # the learners' resolved precision; runs from before learner.jsonl have none
-        row["precision"] = "/".join(dict.fromkeys(r["precision"] for r in read_metrics(run.learner)))
+        row["precision"] = run.precision()
     if run.provenance.exists():  # the code of each start or resume; `*`: with uncommitted changes
-        codes = [p["code"] for p in read_metrics(run.provenance)]
-        row["code"] = "/".join(dict.fromkeys((c["commit"] or "?")[:8] + ("*" if c["dirty"] else "") for c in codes))
+        row["code"] = run.code()
     if any(r.guard.exists() for r in run.rounds()):  # revert_below_start: the rounds the guard undid
         row["undone"] = [r.index for r in run.rounds() if r.undone()]
     steps = read_metrics(run.metrics) if run.metrics.exists() else []

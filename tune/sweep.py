@@ -9,6 +9,7 @@ Each trial reserves a placement group for what it runs inside the cluster (its l
 workers; the driver loop, buffer, engineer and validator need no CPU), and the sweep runs at most as many
 trials at once as the cluster holds, counting each trial's Serve replicas too (they live in Serve's own
 placement): nothing is oversubscribed. Files: ``DIR/tune/`` (Tune's experiment state and result files),
+``DIR/sweep.json`` (the sweep file and ``--set`` assignments of the last start, for ``envengineer status``),
 ``DIR/runs/<variant>-s<seed>/`` (each trial's run directory), ``DIR/summary.md|csv|png``. ``--resume``
 restores the experiment: finished trials are not rerun, unfinished and errored ones continue their run
 directory from its last completed step.
