@@ -85,8 +85,13 @@ def _newest_write(folder: Path) -> float:
 def sweep_of(run: RunDir) -> Path | None:
     """The sweep folder a trial's run folder belongs to (``SWEEP/runs/<trial>/``), or None."""
     sweep = run.path.parent.parent
-    in_sweep = run.path.parent.name == "runs" and any((sweep / name).is_dir() for name in ("tune", "shared"))
-    return sweep if in_sweep else None
+    return sweep if run.path.parent.name == "runs" and is_sweep(sweep) else None
+
+
+def is_sweep(path: Path) -> bool:
+    """Whether ``path`` is a sweep folder: it holds what ``envengineer tune`` writes there (a checkout's
+    ``tune/`` package is not Tune's ``tune/``)."""
+    return any(p.exists() for p in (path / SWEEP_RECORD, path / "tune" / "tuner.pkl", path / "shared" / "start"))
 
 
 def start_of(run: RunDir) -> RunDir:

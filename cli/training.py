@@ -321,14 +321,16 @@ def status_cmd(
     """Where a run or a sweep stands, from its folder alone: steps and rounds done, the newest checkpoint, the
     validation per round, the benchmark before and after, and the command that continues it."""
     from actors.run_dir import RunDir
-    from actors.run_status import describe_run, describe_sweep, run_status
+    from actors.run_status import describe_run, describe_sweep, is_sweep, run_status
 
     if RunDir(path).run_config.exists():
         lines = describe_run(run_status(path))
-    elif (path / "runs").is_dir() or (path / "tune").is_dir():
+    elif is_sweep(path):
         lines = describe_sweep(path)
     else:
-        raise fail(f"{path}: neither a run folder (no run_config.yaml) nor a sweep folder (no runs/ or tune/)")
+        raise fail(
+            f"{path}: neither a run folder (no run_config.yaml) nor a sweep folder (no sweep.json, tune/ or shared/)"
+        )
     print("\n".join(lines))
 
 

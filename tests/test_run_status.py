@@ -43,7 +43,8 @@ def make_run(folder: Path, steps: int, rounds_validated: int, finished: bool = F
 
 
 def test_a_stopped_run_says_where_it_stands_and_how_to_continue(tmp_path):
-    run = make_run(tmp_path / "run", steps=5, rounds_validated=1)
+    (tmp_path / "tune").mkdir()  # a checkout's tune/ package beside runs/ does not make runs/ a sweep's
+    run = make_run(tmp_path / "runs" / "run", steps=5, rounds_validated=1)
     status = run_status(run, now=os.path.getmtime(run / "metrics.jsonl") + 3600)  # an hour without a write
     assert (status.steps_done, status.steps_total, status.checkpoint_step) == (5, 8, 5)
     assert status.state == "stopped at step 5 of 8" and status.step_seconds == 12.0  # median of 10..14 s
@@ -66,7 +67,6 @@ def test_a_finished_run_shows_the_benchmark_before_and_after(tmp_path):
 
 def test_a_sweep_lists_its_trials_with_the_shared_start_and_the_recorded_command(tmp_path, monkeypatch):
     sweep = tmp_path / "sweep"
-    (sweep / "tune").mkdir(parents=True)
     shutil.copytree(RESULTS / "sweep-grpo-random-shares" / "shared" / "start", sweep / "shared" / "start")
     trial = make_run(sweep / "runs" / "random-config-shares-suite-s0", steps=8, rounds_validated=2, finished=True)
     shutil.rmtree(trial / "start")  # a trial's start is the sweep's shared one
