@@ -117,6 +117,26 @@ def stop_engineer(config: RunConfig) -> None:
         undeploy(config.app_name("base"))
 
 
+def keep_precision(config: RunConfig, run: RunDir, log: Log) -> RunConfig:
+    """On resume, ``native`` precision stays what the run ran in until now (``learner.jsonl``'s last start), so a
+    run resumed on other hardware (bf16 native there, or not) remains one recipe; an explicit precision (a
+    ``--set`` that changes it) is taken as given."""
+    from actors.metrics import read_metrics
+
+    starts = read_metrics(run.learner)
+    if not starts or "native" not in (config.deepspeed.precision, config.serving.dtype):
+        return config
+    ran = starts[-1]["precision"]
+    deepspeed, serving = config.deepspeed, config.serving
+    if deepspeed.precision == "native":
+        deepspeed = deepspeed.model_copy(update={"precision": ran})
+    if serving.dtype == "native":
+        serving = serving.model_copy(update={"dtype": {"bf16": "bfloat16", "fp32": "float32"}[ran]})
+    log(f"native precision: {ran}, as the run ran until now (learner.jsonl); to change it for the rest of the "
+        "run, resume with --set deepspeed.precision=fp32|bf16 --set serving.dtype=float32|bfloat16")  # fmt: skip
+    return config.model_copy(update={"deepspeed": deepspeed, "serving": serving})
+
+
 def record_start(run: RunDir, trainer: Trainer, log: Log) -> None:
     """Log the learners' device and resolved precision and the code's commit, and append them to
     ``learner.jsonl`` and ``provenance.jsonl`` (one line per start or resume: a resumed run may land on other
@@ -156,6 +176,7 @@ def run_job(
                           f"(or score it into {start.path})")  # fmt: skip
     run.path.mkdir(parents=True, exist_ok=True)
     run.run_config.write_text(yaml.safe_dump(json.loads(config.model_dump_json()), sort_keys=False))
+    config = keep_precision(config, run, log)
     name = config.label or run.path.name
     tracker = Tracker.start(config.tracking, name, config.model_dump(mode="json"), run.path, tracking_group)
     model = prepare_model(config, run.path, log)

@@ -43,6 +43,6 @@ def slow_bf16_warning(precision: str, device: str) -> str | None:
     if precision in ("bf16", "bfloat16") and not native_bf16(device):
         return (
             f"bf16 was asked for on a {device} without native bf16 (a CPU needs AMX or AVX512-BF16): it is emulated, "
-            "many times slower than fp32; use precision/dtype 'native' to get fp32 here and bf16 where it is native"
+            "many times slower than fp32 (precision/dtype 'native' gives fp32 here and bf16 where it is native)"
         )
     return None

@@ -44,3 +44,25 @@ def test_the_configs_take_native_and_deepspeed_gets_the_resolved_precision():
     assert deepspeed_config(settings, "fp32", 1e-4, 8)["bf16"] == {"enabled": False}
     with pytest.raises(ValueError):
         DeepSpeedConfig(precision="fp16")
+
+
+def test_a_resumed_run_keeps_the_precision_it_ran_in(tmp_path, cpu_bf16):
+    """A run begun where bf16 is not native stays fp32 when resumed on a CPU with AMX, and the reverse."""
+    import json
+
+    from actors.job import keep_precision
+    from actors.run_dir import RunDir
+    from actors.settings import load_run_config
+
+    config = load_run_config("configs/grpo-lift.yaml")  # native for the learners and the engine
+    run, lines = RunDir(tmp_path), []
+    assert keep_precision(config, run, lines.append) is config  # a first start resolves native where it runs
+    first = "fp32" if cpu_bf16 else "bf16"  # the other machine's
+    run.learner.write_text(json.dumps({"from_step": 0, "precision": first}) + "\n")
+    kept = keep_precision(config, run, lines.append)
+    assert kept.deepspeed.precision == first and kept.serving.dtype == {"fp32": "float32", "bf16": "bfloat16"}[first]
+    assert kept.grpo == config.grpo and "as the run ran until now" in lines[0]
+    explicit = load_run_config(
+        "configs/grpo-lift.yaml", assignments=["deepspeed.precision=fp32", "serving.dtype=float32"]
+    )
+    assert keep_precision(explicit, run, lines.append) is explicit  # an explicit precision is taken as given
