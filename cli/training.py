@@ -317,6 +317,9 @@ def status_cmd(
     path: Annotated[
         Path, typer.Argument(help="A run folder (`envengineer run --out`) or a sweep folder (`tune --out`).")
     ],
+    report: Annotated[
+        bool, typer.Option(help="A run folder: also write its report.md and plots/ from the rounds so far.")
+    ] = False,
 ) -> None:
     """Where a run or a sweep stands, from its folder alone: steps and rounds done, the newest checkpoint, the
     validation per round, the benchmark before and after, and the command that continues it."""
@@ -325,7 +328,13 @@ def status_cmd(
 
     if RunDir(path).run_config.exists():
         lines = describe_run(run_status(path))
+        if report:
+            from actors.report import write_report
+
+            lines.append(f"  report so far: {write_report(path)}")
     elif is_sweep(path):
+        if report:
+            raise fail("--report is for a run folder; a sweep's summary: python -m tune.summary SWEEP.yaml DIR")
         lines = describe_sweep(path)
     else:
         raise fail(

@@ -89,5 +89,14 @@ def test_the_command_reads_committed_results_and_refuses_other_folders(tmp_path)
     shown = cli("status", RESULTS / "sweep-grpo-guard-12" / "runs" / "kl-0.1-guard-12-rounds-s0").stdout
     assert "finished" in shown and "steps: 144 / 144, rounds validated 12 / 12" in shown
     assert "3: 25.7 -> 31.1 (+5.4)" in shown  # the guard-12 row's seed 0 against the shared start
+    run, trial = tmp_path / "run", RESULTS / "sweep-grpo-guard-12" / "runs" / "kl-0.1-guard-12-rounds-s0"
+    run.mkdir()
+    for part in ("run_config.yaml", "round_0", "round_1"):  # that run as it stood after round 1
+        (shutil.copytree if (trial / part).is_dir() else shutil.copy)(trial / part, run / part)
+    (run / "metrics.jsonl").write_text("".join((trial / "metrics.jsonl").read_text().splitlines(True)[:24]))
+    shown = cli("status", run, "--report").stdout
+    assert "running at step 24 of 144" in shown and f"report so far: {run}/report.md" in shown
+    assert "| 1 | 40.3% | 34.7% | none |" in (run / "report.md").read_text()
+    assert (run / "plots" / "validation_by_size.png").exists() and (run / "plots" / "reward.png").exists()
     refused = cli("status", tmp_path, check=False)
     assert refused.returncode == 2 and "neither a run folder" in " ".join(refused.stderr.split())
