@@ -77,8 +77,8 @@ def _validation(path: Path) -> tuple[float, float] | None:
 
 
 def _newest_write(folder: Path) -> float:
-    """The newest modification time of the folder's files (the run's files only: no model weights walk)."""
-    times = [p.stat().st_mtime for p in folder.rglob("*") if p.is_file() and "checkpoints" not in p.parts]
+    """The newest modification time of the folder's files."""
+    times = [p.stat().st_mtime for p in folder.rglob("*") if p.is_file()]
     return max(times, default=folder.stat().st_mtime)
 
 
