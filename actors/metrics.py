@@ -24,10 +24,18 @@ def flatten(record: dict[str, Any], prefix: str = "") -> dict[str, float]:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a JSON Lines file ([] if there is none). A last line that does not parse is one a
+    running job is still writing: it is left out."""
     path = Path(path)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in lines[:-1]]
+    try:
+        records += [json.loads(line) for line in lines[-1:]]
+    except json.JSONDecodeError:
+        pass
+    return records
 
 
 def keep_through(path: str | Path, last_step: int) -> None:

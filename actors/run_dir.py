@@ -86,3 +86,19 @@ class RunDir:
 
 def read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
+
+
+def validation_rates(report: Path) -> tuple[float, float] | None:
+    """A validation report's (valid rate, optimal rate), fractions; None while it is not written."""
+    if not report.exists():
+        return None
+    summary = read_json(report)["summary"]
+    return summary["valid_rate"], summary["optimal_rate"]
+
+
+def benchmark_sums(benchmark: Path) -> dict[str, dict[str, float]]:
+    """``final/benchmark.json``'s Sums by agent count, in %: ``{"3": {"acc": .., "opt": ..}}``; {} while it is
+    not written."""
+    if not benchmark.exists():
+        return {}
+    return {agents: table["sum"] for agents, table in read_json(benchmark)["table"].items()}

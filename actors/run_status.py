@@ -16,7 +16,7 @@ import yaml
 
 from actors.checkpoint import latest
 from actors.metrics import read_metrics
-from actors.run_dir import RunDir, read_json
+from actors.run_dir import RunDir, benchmark_sums, read_json, validation_rates
 
 SWEEP_RECORD = "sweep.json"  # written by `envengineer tune`: the sweep file and --set assignments it ran with
 
@@ -64,16 +64,12 @@ class RunStatus:
 
 
 def _sums(benchmark: Path) -> dict[str, float]:
-    if not benchmark.exists():
-        return {}
-    return {agents: table["sum"]["acc"] for agents, table in read_json(benchmark)["table"].items()}
+    return {agents: sums["acc"] for agents, sums in benchmark_sums(benchmark).items()}
 
 
 def _validation(path: Path) -> tuple[float, float] | None:
-    if not path.exists():
-        return None
-    summary = read_json(path)["summary"]
-    return 100 * summary["valid_rate"], 100 * summary["optimal_rate"]
+    rates = validation_rates(path)
+    return None if rates is None else (100 * rates[0], 100 * rates[1])
 
 
 def _newest_write(folder: Path) -> float:

@@ -271,7 +271,7 @@ class Trainer:
             self.telemetry.step(record)
             records.append(record)
             if self.config.grpo.log_samples:
-                self._log_samples(global_step, refs)
+                self._log_samples(round_index, global_step, refs)
             if on_step:
                 on_step(record)
             every = self.config.checkpoint.every_steps
@@ -287,12 +287,12 @@ class Trainer:
         self.metrics = MetricsLog(self.run_dir, resume_after=resume_after)
         keep_through(RunDir(self.run_dir).samples, resume_after)
 
-    def _log_samples(self, global_step: int, refs: list[ray.ObjectRef]) -> None:
+    def _log_samples(self, round_index: int, global_step: int, refs: list[ray.ObjectRef]) -> None:
         """Append the step's first ``grpo.log_samples`` groups (texts, rewards, verdicts) to samples.jsonl."""
         batch = TrajectoryBatch.merge(ray.get(refs))
         with RunDir(self.run_dir).samples.open("a") as out:
             for row in batch.sample_records(self.config.grpo.log_samples):
-                out.write(json.dumps({"global_step": global_step} | row) + "\n")
+                out.write(json.dumps({"global_step": global_step, "round": round_index} | row) + "\n")
 
     def rollout_failures(self) -> FailureTable:
         """The failure table of every rollout trained on so far (the engineer's training evidence)."""

@@ -59,8 +59,9 @@ class TrajectoryBatch:
         return [self.instance_ids[g] for g in self.group]
 
     def sample_records(self, groups: int) -> list[dict]:
-        """The first ``groups`` groups as JSON rows (instance, then each sample's text, reward and verdict),
-        for reading what the policy wrote (``grpo.log_samples``)."""
+        """The first ``groups`` groups as JSON rows (the instance's id and the instance as data, then each
+        sample's text, reward and verdict), for reading what the policy wrote (``grpo.log_samples``,
+        ``envengineer samples``)."""
         rows = []
         for group in range(min(groups, len(self.instance_ids))):
             members = [i for i, g in enumerate(self.group) if g == group]
@@ -69,7 +70,8 @@ class TrajectoryBatch:
                  "tokens": len(self.response_ids[i]), "finish_reason": self.finish_reason[i]}
                 for i in members
             ]  # fmt: skip
-            rows.append({"instance": self.instance_ids[group], "samples": samples})
+            level = self.levels[group] if group < len(self.levels) else None
+            rows.append({"instance": self.instance_ids[group], "level": level, "samples": samples})
         return rows
 
     def digest(self) -> dict[str, str]:

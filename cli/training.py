@@ -343,8 +343,28 @@ def status_cmd(
     print("\n".join(lines))
 
 
+def samples_cmd(
+    path: Annotated[Path, typer.Argument(help="A run folder whose config logs samples (grpo.log_samples > 0).")],
+    step: Annotated[int | None, typer.Option(help="The global GRPO step (default: the newest logged).")] = None,
+    failure: Annotated[
+        str | None, typer.Option(help="Only samples of this failure category, or `valid` for the valid ones.")
+    ] = None,
+    groups: Annotated[int, typer.Option(min=1, help="At most this many groups.")] = 4,
+    thinking: Annotated[bool, typer.Option(help="Show each sample's <think> block too.")] = False,
+) -> None:
+    """What the policy wrote at a step: the logged groups, each with its board and every sample's reward,
+    verdict (where the plan fails) and answer. Reads the run folder only; works while the run runs."""
+    from actors.sample_view import NoSamples, describe_samples
+
+    try:
+        print(describe_samples(path, step, failure, groups, thinking))
+    except NoSamples as error:
+        raise fail(str(error)) from None
+
+
 def register(app: typer.Typer) -> None:
     app.command("status")(status_cmd)
+    app.command("samples")(samples_cmd)
     app.command("eval")(eval_cmd)
     app.command("compare")(compare_cmd)
     app.command("tune")(tune_cmd)

@@ -99,11 +99,16 @@ _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _LINE = re.compile(r"agent\s*(\d+)\s*:(.*)", re.IGNORECASE)
 
 
+def without_thinking(text: str) -> str:
+    """The response without its ``<think>...</think>`` blocks: the part that is scored."""
+    return _THINK.sub("", text)
+
+
 def parse_response(text: str, num_agents: int) -> list[list[str]] | ParseFailure:
     """The plan in ``text`` (one move list per agent), or why there is none."""
     if not isinstance(text, str):
         return ParseFailure("parse_error", f"response is a {type(text).__name__}, not text")
-    visible = _THINK.sub("", text)
+    visible = without_thinking(text)
     if re.search(r"<think>", visible, re.IGNORECASE):
         return ParseFailure("parse_error", "unterminated <think> block")
     blocks = _ANSWER.findall(visible)

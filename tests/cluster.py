@@ -4,6 +4,7 @@ leader) and is ended by that session's id, so no other Ray on the host is touche
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 import socket
@@ -69,7 +70,21 @@ def start_ray_head(
     ``/tmp/ray`` keeps no pointer to it), the dashboard on 127.0.0.1:``dashboard_port`` if given, the
     node's Prometheus metrics on ``metrics_port`` if given, its dashboard agent on a free port (the default
     52365 is held by any other head on the host, which leaves job submission without an agent), and this
-    venv's commands on its PATH (for job entrypoints); returns (process, address)."""
+    venv's commands on its PATH (for job entrypoints); returns (process, address) once the head's node is
+    registered. On a loaded machine a raylet can die at start, having waited more than Ray's fixed 15 s for
+    its dashboard agent (ray-project/ray#65983), while the GCS answers on: the head is started again, up to
+    three times."""
+    for _ in range(3):
+        process, address = _launch_head(temp_dir, num_cpus, dashboard_port, metrics_port)
+        if _node_registers(process, address):
+            return process, address
+        end_session(process)
+    raise TimeoutError("the Ray head's node did not register in 3 starts")
+
+
+def _launch_head(
+    temp_dir: Path, num_cpus: int, dashboard_port: int | None, metrics_port: int | None
+) -> tuple[subprocess.Popen, str]:
     port = free_port()
     command = [
         str(BIN / "ray"), "start", "--head", "--block", f"--port={port}", f"--num-cpus={num_cpus}",
@@ -85,14 +100,16 @@ def start_ray_head(
     process = subprocess.Popen(
         command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment
     )
-    address = f"127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    return process, f"127.0.0.1:{port}"
+
+
+def _node_registers(process: subprocess.Popen, address: str, timeout_s: float = 120) -> bool:
+    """Whether the head's node shows up as active in ``ray status`` (the GCS answers before the raylet
+    registers); False once the head has exited (``ray start --block`` does when its raylet dies)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
         probe = subprocess.run([str(BIN / "ray"), "status", f"--address={address}"], capture_output=True, text=True)
-        if probe.returncode == 0:
-            return process, address
-        if process.poll() is not None:
-            raise RuntimeError("ray start exited early")
+        if probe.returncode == 0 and re.search(r"Active:\s*\n\s*\d+ node_", probe.stdout):
+            return True
         time.sleep(2)
-    end_session(process)
-    raise TimeoutError("the Ray head did not come up within 120 s")
+    return False

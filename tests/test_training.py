@@ -150,6 +150,7 @@ def test_overlapped_rollouts_are_exactly_one_version_behind(warm_model, ray_clus
     samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert [row["global_step"] for row in samples] == [0, 1, 2, 3] and len(samples[0]["samples"]) == 4
     assert {"text", "reward", "failure", "tokens"} <= set(samples[0]["samples"][0])
+    assert samples[0]["level"]["id"] == samples[0]["instance"] and [r["round"] for r in samples] == [0, 0, 0, 1]
     assert [r["version_lag"] for r in records] == [0, 1, 1]
     for r in records:  # ZeRO-0 fp32: DeepSpeed reports no norm itself; a step without reward signal has none
         assert np.isfinite(r["train"]["grad_norm"])

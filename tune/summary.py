@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
-import json
 import statistics
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from actors.engineer_probe import PROBE_REVISED
 from actors.metrics import read_metrics
 from actors.report import config_profile, config_sizes, plot_config_evolution
-from actors.run_dir import RunDir, read_json
+from actors.run_dir import RunDir, benchmark_sums, read_json, validation_rates
 from env.markdown import md_head, md_row, size_table
 from tune.spec import Sweep, shared_start, trial_dir
 
@@ -32,18 +31,15 @@ def variant_runs(out: Path, sweep: Sweep) -> dict[str, list[RunDir]]:
 
 
 def _validation(report: Path, k: int | str) -> dict[str, float]:
-    if not report.exists():
-        return {}
-    summary = json.loads(report.read_text())["summary"]
-    return {f"valid_r{k}": summary["valid_rate"], f"optimal_r{k}": summary["optimal_rate"]}
+    rates = validation_rates(report)
+    return {} if rates is None else {f"valid_r{k}": rates[0], f"optimal_r{k}": rates[1]}
 
 
 def _benchmark(run: RunDir) -> dict[str, Any]:
     row: dict[str, Any] = {"status": "done" if run.benchmark.exists() else "incomplete"}
-    if run.benchmark.exists():
-        for agents, table in read_json(run.benchmark)["table"].items():
-            row[f"acc_sum_{agents}"] = table["sum"]["acc"] / 100  # the table is in %; rows hold fractions
-            row[f"opt_sum_{agents}"] = table["sum"]["opt"] / 100
+    for agents, sums in benchmark_sums(run.benchmark).items():
+        row[f"acc_sum_{agents}"] = sums["acc"] / 100  # the table is in %; rows hold fractions
+        row[f"opt_sum_{agents}"] = sums["opt"] / 100
     return row
 
 
