@@ -19,9 +19,8 @@ from __future__ import annotations
 import re
 
 from env.evaluate import Verdict
+from env.prompt import ANSWER_BLOCK, THINK_BLOCK
 
-_THINK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _AGENT_LINE = re.compile(r"^[ \t]*agent\s*(\d+)\s*:(.*)$", re.IGNORECASE | re.MULTILINE)
 _CELL = re.compile(r"\(\s*\d+\s*,\s*\d+\s*\)")
 _MOVE = re.compile(r"[^,\s][^,]*?(?=\s*(?:,|$))")
@@ -37,7 +36,7 @@ def _agent_line(block: str, agent: int) -> re.Match | None:
 
 
 def _answer_offset(text: str, think_spans: list[tuple[int, int]], agent: int, t: int, whole_line: bool) -> int | None:
-    for answer in _ANSWER.finditer(text):
+    for answer in ANSWER_BLOCK.finditer(text):
         if any(a <= answer.start() < b for a, b in think_spans):
             continue  # an answer written inside the think block is not the answer
         line = _agent_line(answer.group(1), agent)
@@ -75,7 +74,7 @@ def fault_offset(text: str, verdict: Verdict) -> int | None:
         return None
     agent, t = verdict.failure_agent, verdict.failure_step or 0
     whole_line = verdict.failure == "goal_not_reached"
-    think_spans = [(m.start(), m.end()) for m in _THINK.finditer(text)]
+    think_spans = [(m.start(), m.end()) for m in THINK_BLOCK.finditer(text)]
     found = [
         offset
         for offset in (

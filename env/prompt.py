@@ -94,14 +94,14 @@ class ParseFailure:
     detail: str
 
 
-_THINK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
+THINK_BLOCK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
+ANSWER_BLOCK = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _LINE = re.compile(r"agent\s*(\d+)\s*:(.*)", re.IGNORECASE)
 
 
 def without_thinking(text: str) -> str:
     """The response without its ``<think>...</think>`` blocks: the part that is scored."""
-    return _THINK.sub("", text)
+    return THINK_BLOCK.sub("", text)
 
 
 def parse_response(text: str, num_agents: int) -> list[list[str]] | ParseFailure:
@@ -111,7 +111,7 @@ def parse_response(text: str, num_agents: int) -> list[list[str]] | ParseFailure
     visible = without_thinking(text)
     if re.search(r"<think>", visible, re.IGNORECASE):
         return ParseFailure("parse_error", "unterminated <think> block")
-    blocks = _ANSWER.findall(visible)
+    blocks = ANSWER_BLOCK.findall(visible)
     if not blocks:
         return ParseFailure("parse_error", "no <answer>...</answer> block")
     if len(blocks) > 1:
