@@ -106,6 +106,10 @@ def test_two_trial_sweep_writes_the_summary_and_resumes_without_rerunning(warm_m
     variants = {"fixed": {"engineer": {"backend": "fixed"}}, "heuristic": {"engineer": {"backend": "heuristic"}}}
     path = write_sweep(tmp_path, base, variants=variants, seeds=[3], shared_warm_start=False)
     out = tmp_path / "sweep"
+    write_benchmark(out / "shared" / "start", 0.2)  # a start scored before (as docs/results' sweeps copy one in):
+    (out / "shared" / "start" / "validation.json").write_text(  # kept, not scored again (actors.job.score_start)
+        json.dumps({"summary": {"valid_rate": 0.25, "optimal_rate": 0.125}})
+    )
     command = [str(BIN / "envengineer"), "tune", path, "--out", str(out)]
     environment = os.environ | {"RAY_ADDRESS": ray_cluster}
     first = subprocess.run(command, env=environment, capture_output=True, text=True, timeout=1200)
@@ -114,7 +118,7 @@ def test_two_trial_sweep_writes_the_summary_and_resumes_without_rerunning(warm_m
     rows = list(csv.DictReader((out / "summary.csv").open()))
     trials = [(r["variant"], r["seed"], r["status"]) for r in rows]
     assert trials == [("before RL", "-", "done"), ("fixed", "3", "done"), ("heuristic", "3", "done")]
-    assert 0.0 <= float(rows[0]["valid_r-1"]) <= 1.0 and 0.0 <= float(rows[0]["acc_sum_3"]) <= 1.0
+    assert float(rows[0]["valid_r-1"]) == 0.25 and float(rows[0]["acc_sum_3"]) == 0.2
     for row in rows[1:]:  # every trial starts from the model scored before RL (its round -1)
         assert row["valid_r-1"] == rows[0]["valid_r-1"]
         assert 0.0 <= float(row["acc_sum_3"]) <= 1.0 and 0.0 <= float(row["valid_r0"]) <= 1.0
@@ -147,6 +151,11 @@ def fake_trial(run_dir, sizes: dict[int, float], valid: list[float], acc: float)
         config = {"sizes": {s: {"data_ratio": r, "hole_ratio": 0.1, "wait_ratio": 0.2} for s, r in sizes.items()}}
         (folder / "env_config.yaml").write_text(yaml.safe_dump(config))
         (folder / "validation.json").write_text(json.dumps({"summary": {"valid_rate": rate, "optimal_rate": rate / 2}}))
+    write_benchmark(run_dir, acc)
+
+
+def write_benchmark(run_dir, acc: float) -> None:
+    """``final/benchmark.json`` with the 3-agent acc. ``acc`` (a fraction) on every size."""
     pct = 100 * acc  # benchmark.json holds percentages (env.benchmark.ScoreTable.to_dict)
     cells = {str(s): {"acc": pct, "opt": pct / 2, "n": 2} for s in range(3, 11)}
     table = {"3": {"sizes": cells, "sum": {"acc": pct, "opt": pct / 2}}}
