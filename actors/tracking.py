@@ -202,6 +202,11 @@ class Tracker:
             text = "\n".join(decision.changes) or f"no change ({decision.fallback or 'same config'})"
             self._each("a decision", lambda b: b.text(f"engineer/round_{k}", text, step))
 
+    def samples(self, text: str, step: int) -> None:
+        """What the policy wrote at ``step`` (a logged group as ``actors.sample_view.describe_group`` prints
+        it): W&B's ``samples`` key, MLflow's ``samples_<step>.txt``."""
+        self._each("samples", lambda b: b.text("samples", text, step))
+
     def artifacts(self, paths: list[Path]) -> None:
         for path in paths:
             if path.exists():

@@ -33,6 +33,7 @@ from actors.level_replay import ReplaySet
 from actors.metrics import MetricsLog, keep_through
 from actors.rollout_worker import RolloutWorker
 from actors.run_dir import RunDir
+from actors.sample_view import describe_group
 from actors.settings import TrainConfig, run_namespace
 from actors.telemetry import Telemetry
 from actors.timing import Stages
@@ -289,10 +290,12 @@ class Trainer:
 
     def _log_samples(self, round_index: int, global_step: int, refs: list[ray.ObjectRef]) -> None:
         """Append the step's first ``grpo.log_samples`` groups (texts, rewards, verdicts) to samples.jsonl."""
-        batch = TrajectoryBatch.merge(ray.get(refs))
+        rows = TrajectoryBatch.merge(ray.get(refs)).sample_records(self.config.grpo.log_samples)
         with RunDir(self.run_dir).samples.open("a") as out:
-            for row in batch.sample_records(self.config.grpo.log_samples):
+            for row in rows:
                 out.write(json.dumps({"global_step": global_step, "round": round_index} | row) + "\n")
+        if self.tracker and rows:  # the first group beside the step's curves
+            self.tracker.samples(describe_group(rows[0]), global_step)
 
     def rollout_failures(self) -> FailureTable:
         """The failure table of every rollout trained on so far (the engineer's training evidence)."""

@@ -14,6 +14,7 @@ from actors.job import guard_round
 from actors.metrics import read_metrics
 from tests.cluster import BIN
 from tests.reliability.record import record as record_fault
+from tests.test_cli import cli
 
 
 def job_config(model: str) -> dict:
@@ -45,7 +46,10 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     config, out = tmp_path / "run.yaml", tmp_path / "run"
     tracking = {"wandb": {"mode": "offline", "project": "tests"},
                 "mlflow": {"tracking_uri": (tmp_path / "mlruns").as_uri(), "experiment": "job"}}  # fmt: skip
-    config.write_text(yaml.safe_dump(job_config(model) | {"tracking": tracking, "revert_below_start": True}))
+    grpo = job_config(model)["grpo"] | {"log_samples": 1}
+    config.write_text(
+        yaml.safe_dump(job_config(model) | {"tracking": tracking, "revert_below_start": True, "grpo": grpo})
+    )
     command = [str(BIN / "envengineer"), "run", str(config), "--out", str(out)]
     environment = os.environ | {"RAY_ADDRESS": ray_cluster}
     with open(tmp_path / "first.log", "w") as log:
@@ -101,6 +105,8 @@ def test_two_rounds_killed_in_round_one_resume_without_redoing_round_zero(warm_m
     assert "round 1 done: validation valid" in rerun.stderr  # the one-line summary of a round
     assert "resuming with settings that differ" in rerun.stderr and "checkpoint.keep: 3 -> 2" in rerun.stderr
     assert_tracked(tmp_path / "mlruns", out)
+    shown = cli("samples", out, "--step", 5).stdout  # the logged group with its board, scored again
+    assert "step 5 (round 1) of steps 0..5, 1 group(s)" in shown and "digits: agents (starts)" in shown
     assert "**Before RL (the starting policy)**" in report and "**After RL**" in report  # both tables
     assert "## Provenance" in report and report.count("\n- from step ") == 2  # the start and the resume
     compared = subprocess.run([str(BIN / "envengineer"), "compare", str(out / "start"), str(out)],
@@ -128,7 +134,8 @@ def assert_tracked(mlruns, out) -> None:
     assert run.data.params["grpo.steps_per_round"] == "3"
     # resumed without the first start's --set: the parameter keeps its first value, the new one is a tag
     assert run.data.params["checkpoint.keep"] == "3" and run.data.tags["resumed.checkpoint.keep"] == "2"
-    assert "report.md" in {a.path for a in client.list_artifacts(run.info.run_id)}
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert "report.md" in artifacts and "samples_5.txt" in artifacts  # what the policy wrote at the last step
     assert len({p.name.split("-")[-1] for p in (out / "wandb").glob("offline-run-*")}) == 1  # one run id
 
 

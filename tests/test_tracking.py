@@ -3,6 +3,7 @@
 import json
 import logging
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +63,7 @@ def test_both_trackers_hold_the_steps_rounds_params_and_artifacts(tmp_path):
     tracker = Tracker.start(config(tmp_path), "run-a", PARAMS, folder, group="sweep-x")
     for step in range(3):
         tracker.step(RECORD | {"global_step": step, "reward_mean": 0.5 + step})
+    tracker.samples("hand: 3x3, 2 agents\n  sample 0: reward 1.50, valid, optimal", 2)  # beside step 2's curves
     decision = Decision(round=0, backend="fixed", config=None, changes=["sizes.3.data_ratio: 0.2 -> 0.4"])
     tracker.round(0, 3, {"valid_rate": 0.4, "optimal_rate": 0.3, "failures": {"hole": 0.1}}, decision)
     (folder / "report.md").write_text("# report\n")
@@ -76,12 +78,14 @@ def test_both_trackers_hold_the_steps_rounds_params_and_artifacts(tmp_path):
     assert run.data.params["grpo.learning_rate"] == "2e-05" and run.data.tags["envengineer.group"] == "sweep-x"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert "report.md" in artifacts and any(p.startswith("engineer_round_0") for p in artifacts)
+    assert "reward 1.50" in Path(client.download_artifacts(run.info.run_id, "samples_2.txt", str(tmp_path))).read_text()
 
     (offline,) = (folder / "wandb").glob("offline-run-*")
     records = wandb_records(next(offline.glob("run-*.wandb")))  # what `wandb sync` would upload
     history = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
                for r in records if r.WhichOneof("record_type") == "history"]  # fmt: skip
     assert [(h["_step"], h["reward_mean"]) for h in history[:3]] == [(0, 0.5), (1, 1.5), (2, 2.5)]
+    assert history[2]["samples"].endswith("valid, optimal")
     assert history[3]["validation/valid_rate"] == 0.4 and history[3]["engineer/changed"] == 1
     (run_record,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert run_record.run_group == "sweep-x" and "learning_rate" in str(run_record.config)
