@@ -31,10 +31,11 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
         return []
     lines = [line for line in path.read_text().splitlines() if line.strip()]
     records = [json.loads(line) for line in lines[:-1]]
-    try:
-        records += [json.loads(line) for line in lines[-1:]]
-    except json.JSONDecodeError:
-        pass
+    if lines:
+        try:
+            records.append(json.loads(lines[-1]))
+        except json.JSONDecodeError:
+            pass
     return records
 
 

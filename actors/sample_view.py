@@ -24,9 +24,8 @@ def select_groups(rows: list[dict], step: int, failure: str | None = None, limit
     """The first ``limit`` groups logged at ``step``, each group's samples narrowed to the ``failure``
     category (``valid``: the valid ones); groups left without samples are dropped."""
     groups = []
-    for row in rows:
-        samples = [s for s in row["samples"] if _matches(s, failure)]
-        if row["global_step"] == step and samples:
+    for row in (r for r in rows if r["global_step"] == step):
+        if samples := [s for s in row["samples"] if _matches(s, failure)]:
             groups.append(row | {"samples": samples})
     return groups[:limit]
 
