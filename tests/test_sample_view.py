@@ -4,6 +4,8 @@ hand-made samples.jsonl as the trainer writes it (actors.trajectory.TrajectoryBa
 import json
 from pathlib import Path
 
+import pytest
+
 from actors.metrics import read_metrics
 from actors.run_dir import RunDir
 from actors.sample_view import NoSamples, describe_samples, redraw, select_groups
@@ -73,17 +75,13 @@ def test_a_failure_category_narrows_the_samples_and_drops_groups_left_empty(tmp_
 
 
 def test_nothing_to_show_is_a_clear_error(tmp_path):
-    for call, message in (
-        (lambda: describe_samples(tmp_path), "no logged samples"),
-        (lambda: describe_samples(tmp_path, failure="holes"), "unknown failure category 'holes'"),
-    ):
-        try:
-            call()
-            raise AssertionError("no error")
-        except NoSamples as error:
-            assert message in str(error)
+    with pytest.raises(NoSamples, match="no logged samples"):
+        describe_samples(tmp_path)
+    with pytest.raises(NoSamples, match="unknown failure category 'holes'"):
+        describe_samples(tmp_path, failure="holes")
     write_samples(tmp_path)
-    (tmp_path / "samples.jsonl").open("a").write('{"global_step": 2, "samp')  # a line the run is still writing
+    with (tmp_path / "samples.jsonl").open("a") as log:
+        log.write('{"global_step": 2, "samp')  # a line the run is still writing
     assert "steps 0..1" in describe_samples(tmp_path)
     missing = cli("samples", tmp_path, "--step", 7, check=False)
     assert missing.returncode == 2 and "step 7 logged no samples (steps 0..1 did)" in " ".join(missing.stderr.split())
