@@ -60,7 +60,9 @@ def read_trials(folder: Path) -> list[Trial]:
                 sweep=folder.name,
                 variant=row["variant"],
                 seed=row["seed"],
-                gain={a: 100 * (mine - base) for a, (mine, base) in sums.items() if mine is not None and base},
+                gain={
+                    a: 100 * (mine - base) for a, (mine, base) in sums.items() if mine is not None and base is not None
+                },
                 rounds=len(signal),
                 valid_r0=100 * float(row["rollout_valid_r0"]),
                 signal_r0=100 * float(row["rollout_signal_r0"]),
