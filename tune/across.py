@@ -49,20 +49,19 @@ def read_trials(folder: Path) -> list[Trial]:
     start = next((row for row in rows if row["variant"] == START), None)
     if start is None:
         raise ValueError(f"{folder}/summary.csv has no '{START}' row to compare against")
+    base = {a: value for a in AGENTS if (value := _number(start, f"acc_sum_{a}")) is not None}
     trials = []
     for row in rows:
         if row["variant"] == START or row["status"] != "done" or _number(row, "rollout_signal_r0") is None:
             continue
         signal = [float(v) for k, v in row.items() if k.startswith("rollout_signal_r") and v]
-        sums = {a: (_number(row, f"acc_sum_{a}"), _number(start, f"acc_sum_{a}")) for a in AGENTS}
+        mine = {a: value for a in base if (value := _number(row, f"acc_sum_{a}")) is not None}
         trials.append(
             Trial(
                 sweep=folder.name,
                 variant=row["variant"],
                 seed=row["seed"],
-                gain={
-                    a: 100 * (mine - base) for a, (mine, base) in sums.items() if mine is not None and base is not None
-                },
+                gain={a: 100 * (value - base[a]) for a, value in mine.items()},
                 rounds=len(signal),
                 valid_r0=100 * float(row["rollout_valid_r0"]),
                 signal_r0=100 * float(row["rollout_signal_r0"]),
