@@ -10,7 +10,7 @@ policy and revised once where it gives no learning signal (``actors/engineer_pro
 
 Backends: ``policy`` (the current checkpoint through its Serve deployment), ``base`` (the frozen initial
 checkpoint), ``openai`` (any OpenAI-compatible endpoint), and the non-LLM baselines of
-``actors/engineer_baselines.py`` (``fixed``, ``random``, ``heuristic``, ``plr``), and ``plr-levels``
+``actors/engineer_baselines.py`` (``fixed``, ``random``, ``heuristic``, ``plr``, ``band``), and ``plr-levels``
 (``actors/level_replay.py``: replays scored instances rather than editing the configuration).
 """
 
@@ -48,7 +48,7 @@ AGENT_COUNT_NOTE = (
 class EngineerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["policy", "base", "openai", "fixed", "random", "heuristic", "plr", "plr-levels"] = "policy"
+    backend: Literal["policy", "base", "openai", "fixed", "random", "heuristic", "plr", "band", "plr-levels"] = "policy"
     preset: Literal["V1", "V2", "V3", "V4", "V5", "V6"] | None = Field("V6", description="context preset")
     context: ContextConfig | None = Field(None, description="modules switched on one by one (overrides preset)")
     retries: int = Field(3, ge=1, le=10, description="attempts before keeping the previous config")

@@ -5,7 +5,12 @@
 - ``heuristic``: move the budget toward sizes whose validation valid rate is in a learning band, and make
   sizes the policy has mastered harder (more holes, more WAIT instances);
 - ``plr``: Prioritized Level Replay over map sizes: a regret proxy v(1 - v) of each size's valid rate,
-  rank-prioritised with a temperature, mixed with a staleness term.
+  rank-prioritised with a temperature, mixed with a staleness term;
+- ``band``: steer each size's hole ratio so that its *training rollouts* stay in a learning band: the
+  sampled valid rate of the rollouts at the size's current hole ratio (all rounds so far, the buffer's
+  table) below 20% lowers the holes by 0.1, above 60% raises them by 0.05; data and WAIT shares are kept
+  (a local edit). It reads the evidence the fixed random configuration wastes: boards so holed that no
+  sample of a group is valid carry no signal.
 """
 
 from __future__ import annotations
@@ -13,10 +18,14 @@ from __future__ import annotations
 from typing import Any
 
 from actors.engineer_context import EngineerInputs
-from env.config import SIZES, random_config
+from env.config import RANGES, SIZES, random_config
 from env.generator import derive_seed
+from env.stats import HOLE_BIN
 
 LEARNING_BAND = (0.15, 0.85)
+ROLLOUT_BAND = (0.2, 0.6)  # the band engineer's target: sampled valid rate of a size's training rollouts
+BAND_STEPS = (0.1, 0.05)  # hole ratio moved down when below the band, up when above it
+BAND_MIN_SAMPLES = 8  # rollouts a size needs at its current hole ratio before the band engineer moves it
 PLR_TEMPERATURE, PLR_STALENESS = 0.3, 0.3
 
 
@@ -91,4 +100,31 @@ def plr(inputs: EngineerInputs) -> dict[str, Any]:
     return _raw(inputs, sizes)
 
 
-BASELINES = {"fixed": fixed, "random": randomised, "heuristic": heuristic, "plr": plr}
+def rollout_rates(inputs: EngineerInputs) -> dict[int, float]:
+    """Sampled valid rate of the training rollouts per map size, at the config's agent count and within one
+    hole bin of the size's current hole ratio (sizes with fewer than ``BAND_MIN_SAMPLES`` rollouts left out)."""
+    counts: dict[int, list[int]] = {}
+    for (size, agents, hole, _), cell in (inputs.rollouts.cells if inputs.rollouts else {}).items():
+        current = inputs.config.sizes.get(size)
+        if agents == inputs.config.num_agents and current and abs(hole - current.hole_ratio) <= HOLE_BIN + 1e-9:
+            totals = counts.setdefault(size, [0, 0])
+            totals[0] += cell.valid
+            totals[1] += cell.total
+    return {size: valid / total for size, (valid, total) in counts.items() if total >= BAND_MIN_SAMPLES}
+
+
+def band(inputs: EngineerInputs) -> dict[str, Any]:
+    rates = rollout_rates(inputs)
+    (low, high), (down, up) = ROLLOUT_BAND, BAND_STEPS
+    sizes = {}
+    for size, knobs in inputs.config.sizes.items():
+        hole, rate = knobs.hole_ratio, rates.get(size)
+        if rate is not None and rate < low:
+            hole = max(hole - down, 0.0)
+        elif rate is not None and rate > high:
+            hole = min(hole + up, RANGES["hole_ratio"][1])
+        sizes[size] = knobs.model_dump() | {"hole_ratio": round(hole, 2)}
+    return _raw(inputs, sizes)
+
+
+BASELINES = {"fixed": fixed, "random": randomised, "heuristic": heuristic, "plr": plr, "band": band}

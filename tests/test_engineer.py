@@ -152,7 +152,7 @@ def test_self_summary_is_asked_first_and_goes_into_the_prompt(inputs):
     assert decision.summary == "It walks into holes on 5x5." and "It walks into holes on 5x5." in decision.prompt
 
 
-@pytest.mark.parametrize("backend", ["fixed", "random", "heuristic", "plr"])
+@pytest.mark.parametrize("backend", ["fixed", "random", "heuristic", "plr", "band"])
 def test_baselines_propose_legal_configs(inputs, backend):
     decision = decide(EngineerConfig(backend=backend), inputs)
     EnvConfig.model_validate(decision.config.to_dict())
@@ -220,3 +220,35 @@ def test_a_baseline_or_an_unusable_revision_drops_the_flagged_sizes(inputs):
     assert kept.proposed == kept.config and "every size with data is flagged" in " ".join(kept.notes)
     unprobed = decide(EngineerConfig(backend="heuristic"), inputs, None, everything_passes)
     assert not unprobed.probes and unprobed.config == kept.config
+
+
+def test_band_moves_each_sizes_holes_by_its_rollouts_valid_rate_at_the_current_holes(inputs):
+    """Below the band (20%) the holes drop by 0.1, above it (60%) they rise by 0.05; a size with too little
+    evidence at its current hole ratio, and rollouts of other agent counts or hole ratios, change nothing."""
+    from env.stats import Cell
+
+    config = EnvConfig.model_validate(
+        {
+            "sizes": {
+                "4": {"data_ratio": 0.4, "hole_ratio": 0.5, "wait_ratio": 0.2},
+                "5": {"data_ratio": 0.3, "hole_ratio": 0.1, "wait_ratio": 0.5},
+                "6": {"data_ratio": 0.2, "hole_ratio": 0.3, "wait_ratio": 0.0},
+                "7": {"data_ratio": 0.1, "hole_ratio": 0.3, "wait_ratio": 0.0},
+            },
+            "num_agents": 2,
+        }
+    )
+    rollouts = FailureTable()
+    rollouts.cells = {
+        (4, 2, 0.5, False): Cell(total=16, valid=1),  # 6%: too hard
+        (4, 2, 0.1, False): Cell(total=50, valid=50),  # an earlier hole ratio: not this one's evidence
+        (5, 2, 0.1, True): Cell(total=10, valid=8),  # 80%: too easy
+        (6, 2, 0.3, False): Cell(total=5, valid=0),  # too few rollouts to judge
+        (7, 3, 0.3, False): Cell(total=40, valid=0),  # another agent count
+    }
+    inputs.config, inputs.rollouts = config, rollouts
+    decision = decide(EngineerConfig(backend="band"), inputs)
+    holes = {size: knobs.hole_ratio for size, knobs in decision.config.sizes.items()}
+    assert decision.fallback is None and holes == {4: 0.4, 5: 0.15, 6: 0.3, 7: 0.3}
+    shares = {size: (knobs.data_ratio, knobs.wait_ratio) for size, knobs in decision.config.sizes.items()}
+    assert shares == {size: (knobs.data_ratio, knobs.wait_ratio) for size, knobs in config.sizes.items()}
