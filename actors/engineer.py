@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors.chat import openai_chat, serve_chat
-from actors.engineer_baselines import BASELINES
+from actors.engineer_baselines import BASELINES, evidence_note
 from actors.engineer_context import PRESETS, ContextConfig, EngineerInputs, render, sections, summary_request
 from actors.engineer_probe import PROBE_REVISED, Probe, ProbeConfig, Score, drop_flagged, evidence, run_probe
 from actors.level_replay import LevelReplayConfig, choose_levels
@@ -185,6 +185,8 @@ def _propose(settings: EngineerConfig, inputs: EngineerInputs, ask) -> Decision:
         return _accept(decision, inputs, inputs.config.to_dict(), settings.agent_count)
     if settings.backend in BASELINES:
         decision.parsed = BASELINES[settings.backend](inputs)
+        if note := evidence_note(settings.backend, inputs):
+            decision.notes.append(note)
         return _accept(decision, inputs, decision.parsed, settings.agent_count)
     context = settings.context_config()
     problems = []

@@ -128,3 +128,17 @@ def band(inputs: EngineerInputs) -> dict[str, Any]:
 
 
 BASELINES = {"fixed": fixed, "random": randomised, "heuristic": heuristic, "plr": plr, "band": band}
+EVIDENCE = {  # the per-size rates a baseline decides from, shown in decision.json's notes
+    "heuristic": ("validation valid", size_rates),
+    "plr": ("validation valid", size_rates),
+    "band": ("rollouts valid at the current hole ratio", rollout_rates),
+}
+
+
+def evidence_note(backend: str, inputs: EngineerInputs) -> str | None:
+    """One line naming the rates ``backend`` read, per map size (None for a baseline that reads none)."""
+    if backend not in EVIDENCE:
+        return None
+    label, rates = EVIDENCE[backend]
+    shown = ", ".join(f"{size}x{size} {rate:.0%}" for size, rate in sorted(rates(inputs).items()))
+    return f"evidence: {label}: {shown or 'no size with enough'}"

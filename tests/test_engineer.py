@@ -250,5 +250,6 @@ def test_band_moves_each_sizes_holes_by_its_rollouts_valid_rate_at_the_current_h
     decision = decide(EngineerConfig(backend="band"), inputs)
     holes = {size: knobs.hole_ratio for size, knobs in decision.config.sizes.items()}
     assert decision.fallback is None and holes == {4: 0.4, 5: 0.15, 6: 0.3, 7: 0.3}
+    assert decision.notes == ["evidence: rollouts valid at the current hole ratio: 4x4 6%, 5x5 80%"]
     shares = {size: (knobs.data_ratio, knobs.wait_ratio) for size, knobs in decision.config.sizes.items()}
     assert shares == {size: (knobs.data_ratio, knobs.wait_ratio) for size, knobs in config.sizes.items()}

@@ -173,7 +173,7 @@ def test_the_summary_gives_the_paper_table_per_variant_with_the_spread_over_seed
         guard = tmp_path / "runs" / trial_name("fixed", seed) / "round_0" / "guard.json"
         guard.write_text(json.dumps({"round": 0, "valid_rate": 0.1, "floor": 0.06, "reverted": reverted}))
     probes = [{"flagged": {"9": "all fail"}}, {"flagged": {}}]  # the proposal's probe, then the revision's
-    notes = ["probe: revised by the engineer"]
+    notes = ["probe: revised by the engineer", "evidence: validation valid: 3x3 50%"]  # neither is the projection
     decision = {"changes": ["sizes.3.data_ratio: 0.5 -> 0.75"], "fallback": None, "notes": notes, "probes": probes}
     sizes = {
         "3": {"data_ratio": 0.75, "hole_ratio": 0.2, "wait_ratio": 0.4},

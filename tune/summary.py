@@ -232,8 +232,9 @@ def engineer_table(out: Path, sweep: Sweep) -> str:
 
 
 def _projection(note: str) -> bool:
-    """Whether a decision's note is the projection's (not the probe's or the level buffer's)."""
-    return not note.startswith(("probe:", "plr-levels:"))
+    """Whether a decision's note is the projection's (not the probe's, the level buffer's or a baseline's
+    evidence)."""
+    return not note.startswith(("probe:", "plr-levels:", "evidence:"))
 
 
 def _probe_counts(decisions: list[dict]) -> str:
