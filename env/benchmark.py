@@ -96,7 +96,8 @@ def checksum(path: str | Path) -> str:
 
 
 def parse_id(instance_id: str) -> dict | None:
-    """The cell an id belongs to: suite, agents, size, wait subset and index (None if not a suite id)."""
+    """The cell an id belongs to: suite, agents, size, wait subset, index and the hole ratio the instance was
+    drawn with (``HOLE_LEVELS[index % 4]``) (None if not a suite id)."""
     match = ID_PATTERN.match(instance_id)
     if not match:
         return None
@@ -106,6 +107,7 @@ def parse_id(instance_id: str) -> dict | None:
         "size": int(match["size"]),
         "wait": float(match["wait"]),
         "index": int(match["index"]),
+        "holes": HOLE_LEVELS[int(match["index"]) % len(HOLE_LEVELS)],
     }
 
 

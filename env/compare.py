@@ -79,15 +79,21 @@ def solved_ids(verdicts: Iterable[Verdict]) -> dict[str, list[str]]:
     return {"valid": sorted(v.id for v in verdicts if v.valid), "optimal": sorted(v.id for v in verdicts if v.optimal)}
 
 
-def _cell(ids: Set[str], agents: int, size: int | None = None) -> set[str]:
-    """The ids with ``agents`` agents (on ``size`` x ``size`` maps, if given)."""
-    return {i for i in ids if (c := parse_id(i))["agents"] == agents and size in (None, c["size"])}
+def cell_ids(ids: Set[str], agents: int, size: int | None = None, holes: float | None = None) -> set[str]:
+    """The ids with ``agents`` agents (on ``size`` x ``size`` maps, drawn with hole ratio ``holes``, if given)."""
+    return {
+        i
+        for i in ids
+        if (c := parse_id(i))["agents"] == agents and size in (None, c["size"]) and holes in (None, c["holes"])
+    }
 
 
-def gained_lost(mine: Set[str], theirs: Set[str], agents: int, size: int | None = None) -> tuple[int, int]:
-    """Instances with ``agents`` agents (on ``size`` maps, if given) in ``mine`` and not in ``theirs``, and the
-    reverse."""
-    mine, theirs = _cell(mine, agents, size), _cell(theirs, agents, size)
+def gained_lost(
+    mine: Set[str], theirs: Set[str], agents: int, size: int | None = None, holes: float | None = None
+) -> tuple[int, int]:
+    """Instances with ``agents`` agents (on ``size`` maps, of hole level ``holes``, if given) in ``mine`` and
+    not in ``theirs``, and the reverse."""
+    mine, theirs = cell_ids(mine, agents, size, holes), cell_ids(theirs, agents, size, holes)
     return len(mine - theirs), len(theirs - mine)
 
 
@@ -142,7 +148,7 @@ def sums(scored: Scored, agents: int, size: int | None = None) -> tuple[float, f
     """The paper's acc. and opt. Sum for ``agents`` agents: the mean over map sizes of the per-size rates, %
     (with ``size``: that size's rates)."""
     sizes: dict[int, list[str]] = {}
-    for i in _cell(scored.scored, agents, size):
+    for i in cell_ids(scored.scored, agents, size):
         sizes.setdefault(parse_id(i)["size"], []).append(i)
     cells = [sizes[s] for s in sorted(sizes)]  # summed in the order of env.benchmark.ScoreTable
     acc = [100 * sum(i in scored.valid for i in ids) / len(ids) for ids in cells]
@@ -160,9 +166,9 @@ def compare(first: Scored, second: Scored, by_size: bool = False) -> list[Paired
         )
     rows = []
     for agents in sorted({parse_id(i)["agents"] for i in first.scored}):
-        sizes = sorted({parse_id(i)["size"] for i in _cell(first.scored, agents)}) if by_size else []
+        sizes = sorted({parse_id(i)["size"] for i in cell_ids(first.scored, agents)}) if by_size else []
         for size in [*sizes, None]:
-            count = len(_cell(first.scored, agents, size))
+            count = len(cell_ids(first.scored, agents, size))
             valid = gained_lost(second.valid, first.valid, agents, size)
             optimal = gained_lost(second.optimal, first.optimal, agents, size)
             scores = sums(first, agents, size), sums(second, agents, size)

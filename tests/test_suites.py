@@ -15,6 +15,7 @@ def test_shipped_suites_match_their_checksums_and_spec():
     for instance in bench:
         cell = parse_id(instance.id)
         assert (cell["agents"], cell["size"]) == (instance.num_agents, instance.size)
+        assert abs(instance.hole_ratio - cell["holes"]) <= 0.5 / instance.size**2 + 1e-9  # the id's hole level
     for wait in (0.25, 0.5, 0.75):
         subset = [i for i in bench if parse_id(i.id)["wait"] == wait]
         assert len(subset) == 50 * 21

@@ -241,6 +241,12 @@ def test_the_rescore_summary_pairs_each_trial_with_the_start(tmp_path):
     assert "| before RL | - | 50.0/50.0 | - |" in text
     assert "| kl | 0 | 75.0/75.0 | 2/1 (p 1) |" in text and "| kl | 1 | 50.0/50.0 | 0/0 (p 1) |" in text
     assert "| kl | 2 | 62.5±17.7 | 62.5±17.7 | +12.5±17.7 |" in text  # the change is per seed, then averaged
+    # instance k was drawn with holes 0, 0.1, 0.2, 0.3: kl-s0 lost the first, gained the last two
+    assert (
+        "| variant | seed | 3 agents, holes 0 / 0.1 / 0.2 / 0.3 |" in text
+        and "| before RL | - | 1 / 1 / 0 / 0 |" in text
+    )
+    assert "| kl | 0 | -1 / +0 / +1 / +1 |" in text and "| kl | mean of 2 | -0.5 / +0.0 / +0.5 / +0.5 |" in text
 
 
 def test_the_rescore_summary_pairs_trials_with_a_named_variant(tmp_path):

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from actors.run_dir import RunDir, read_json
-from env.benchmark import BENCHMARK, score
-from env.compare import gained_lost, mcnemar_p, solved_ids
+from env.benchmark import BENCHMARK, HOLE_LEVELS, score
+from env.compare import cell_ids, gained_lost, mcnemar_p, solved_ids
 from env.instance import Instance
 from env.markdown import md_head, md_row
 from tune.spec import Sweep, load_sweep, shared_start, trial_dir
@@ -132,6 +132,8 @@ def to_markdown(out: Path, sweep: Sweep, name: str, against: str | None = None) 
         if start:
             cells += ["-" if variant == START else _gained_lost_cell(record, start, int(a)) for a in agents]
         lines.append(md_row(cells))
+    if start:
+        lines += _by_holes_table(records, start, agents)
     head = ["variant", "seeds"] + [f"{a} agents acc Sum" for a in agents] + [f"{a} agents opt Sum" for a in agents]
     head += [f"{a} agents acc. change" for a in agents] if start else []
     lines += ["", "Mean ± std over seeds (change: against the start, mean ± std of the per-seed changes):", ""]
@@ -151,6 +153,44 @@ def to_markdown(out: Path, sweep: Sweep, name: str, against: str | None = None) 
     if against:
         lines += _against_table(records, against, agents)
     return "\n".join(lines) + "\n"
+
+
+def _by_holes_table(records: dict[tuple[str, str], dict], start: dict, agents: list[str]) -> list[str]:
+    """Per trial (and per variant, the mean over its seeds), the net instances it gained against the start at
+    each of the benchmark's hole levels."""
+    nets = {
+        key: [[_net(record, start, int(a), holes) for holes in HOLE_LEVELS] for a in agents]
+        for key, record in records.items()
+        if key[0] != START
+    }
+    levels = " / ".join(f"{holes:g}" for holes in HOLE_LEVELS)
+    lines = [
+        "",
+        "Where the change lands: net instances (gained - lost against the start) by the hole ratio the benchmark "
+        f"instance was drawn with ({levels}: a quarter of each agent count's instances each); the start's "
+        "row: the instances it solves.",
+        "",
+    ]
+    lines += md_head(["variant", "seed"] + [f"{a} agents, holes {levels}" for a in agents])
+    solved = [[len(cell_ids(set(start["valid"]), int(a), holes=holes)) for holes in HOLE_LEVELS] for a in agents]
+    lines.append(md_row([START, "-"] + [" / ".join(str(n) for n in row) for row in solved]))
+    for (variant, seed), counts in nets.items():
+        lines.append(md_row([variant, seed] + [" / ".join(f"{n:+d}" for n in row) for row in counts]))
+    for variant in dict.fromkeys(v for v, _ in nets):
+        seeds = [counts for (v, _), counts in nets.items() if v == variant]
+        if len(seeds) > 1:
+            means = [
+                [sum(c[k][h] for c in seeds) / len(seeds) for h in range(len(HOLE_LEVELS))] for k in range(len(agents))
+            ]
+            lines.append(
+                md_row([variant, f"mean of {len(seeds)}"] + [" / ".join(f"{n:+.1f}" for n in row) for row in means])
+            )
+    return lines
+
+
+def _net(record: dict, start: dict, agents: int, holes: float) -> int:
+    gained, lost = gained_lost(set(record["valid"]), set(start["valid"]), agents, holes=holes)
+    return gained - lost
 
 
 def _against_table(records: dict[tuple[str, str], dict], against: str, agents: list[str]) -> list[str]:
