@@ -299,6 +299,9 @@ def compare_cmd(
     ],
     second: Annotated[Path, typer.Argument(help="B: the same, scored on the same instances.")],
     by_size: Annotated[bool, typer.Option(help="Also a row per map size, before each agent count's Sum.")] = False,
+    by_holes: Annotated[
+        bool, typer.Option(help="Also a row per hole level of the suite (0, 0.1, 0.2, 0.3), before the Sum.")
+    ] = False,
 ) -> None:
     """Pair two policies' scores instance by instance: per agent count both Sums, the instances B solves and A
     does not (gained) and the reverse (lost), and the exact McNemar p-value of that split."""
@@ -307,7 +310,7 @@ def compare_cmd(
 
     try:
         a, b = (read_scored(RunDir(p).benchmark if p.is_dir() else p) for p in (first, second))
-        rows = compare(a, b, by_size)
+        rows = compare(a, b, by_size, by_holes)
     except CompareError as error:
         raise fail(str(error)) from None
     print(to_markdown(a, b, rows))

@@ -42,16 +42,18 @@ class Scored:
 
 @dataclass(frozen=True)
 class PairedRow:
-    """One agent count (or one map size of it): both policies' Sums (acc./opt., % as in the paper's table;
-    for a size, its rates) and the paired splits."""
+    """One agent count (or one map size of it, or one hole level of it): both policies' Sums (acc./opt., % as
+    in the paper's table; for a size, its rates; for a hole level, the Sum over sizes of those instances) and
+    the paired splits."""
 
     agents: int
-    size: int | None  # None: all sizes, the Sum
+    size: int | None  # None: all sizes
     instances: int
     first: tuple[float, float]  # (acc., opt.) of the first policy
     second: tuple[float, float]
     valid: tuple[int, int]  # (gained, lost): solved by the second and not the first, and the reverse
     optimal: tuple[int, int]
+    holes: float | None = None  # the instances drawn with this hole ratio (None: all)
 
     @property
     def valid_p(self) -> float:
@@ -144,11 +146,11 @@ def _ids(data: dict, key: str, path: Path) -> frozenset[str]:
     return frozenset(data[key])
 
 
-def sums(scored: Scored, agents: int, size: int | None = None) -> tuple[float, float]:
+def sums(scored: Scored, agents: int, size: int | None = None, holes: float | None = None) -> tuple[float, float]:
     """The paper's acc. and opt. Sum for ``agents`` agents: the mean over map sizes of the per-size rates, %
-    (with ``size``: that size's rates)."""
+    (with ``size``: that size's rates; with ``holes``: of the instances drawn with that hole ratio only)."""
     sizes: dict[int, list[str]] = {}
-    for i in cell_ids(scored.scored, agents, size):
+    for i in cell_ids(scored.scored, agents, size, holes):
         sizes.setdefault(parse_id(i)["size"], []).append(i)
     cells = [sizes[s] for s in sorted(sizes)]  # summed in the order of env.benchmark.ScoreTable
     acc = [100 * sum(i in scored.valid for i in ids) / len(ids) for ids in cells]
@@ -156,9 +158,10 @@ def sums(scored: Scored, agents: int, size: int | None = None) -> tuple[float, f
     return sum(acc) / len(acc), sum(opt) / len(opt)
 
 
-def compare(first: Scored, second: Scored, by_size: bool = False) -> list[PairedRow]:
-    """Per agent count (and, ``by_size``, per map size of it before its Sum), both scores and the instances
-    the second gained and lost against the first; the two must have scored the same instances."""
+def compare(first: Scored, second: Scored, by_size: bool = False, by_holes: bool = False) -> list[PairedRow]:
+    """Per agent count (and, ``by_size``, per map size of it, ``by_holes``, per hole level of it, before its
+    Sum), both scores and the instances the second gained and lost against the first; the two must have scored
+    the same instances."""
     if first.scored != second.scored:
         raise CompareError(
             f"the two scored different instances ({len(first.scored)} and {len(second.scored)}, "
@@ -166,13 +169,15 @@ def compare(first: Scored, second: Scored, by_size: bool = False) -> list[Paired
         )
     rows = []
     for agents in sorted({parse_id(i)["agents"] for i in first.scored}):
-        sizes = sorted({parse_id(i)["size"] for i in cell_ids(first.scored, agents)}) if by_size else []
-        for size in [*sizes, None]:
-            count = len(cell_ids(first.scored, agents, size))
-            valid = gained_lost(second.valid, first.valid, agents, size)
-            optimal = gained_lost(second.optimal, first.optimal, agents, size)
-            scores = sums(first, agents, size), sums(second, agents, size)
-            rows.append(PairedRow(agents, size, count, *scores, valid, optimal))
+        ids = cell_ids(first.scored, agents)
+        sizes = [(size, None) for size in sorted({parse_id(i)["size"] for i in ids})] if by_size else []
+        holes = [(None, level) for level in sorted({parse_id(i)["holes"] for i in ids})] if by_holes else []
+        for size, level in [*sizes, *holes, (None, None)]:
+            count = len(cell_ids(first.scored, agents, size, level))
+            valid = gained_lost(second.valid, first.valid, agents, size, level)
+            optimal = gained_lost(second.optimal, first.optimal, agents, size, level)
+            scores = sums(first, agents, size, level), sums(second, agents, size, level)
+            rows.append(PairedRow(agents, size, count, *scores, valid, optimal, holes=level))
     return rows
 
 
@@ -185,18 +190,22 @@ def to_markdown(first: Scored, second: Scored, rows: list[PairedRow]) -> str:
     def split(counts: tuple[int, int], p: float) -> str:
         return f"{counts[0]}/{counts[1]} (p {p:.2g})"
 
-    by_size = any(r.size is not None for r in rows)
+    def part(r: PairedRow) -> str:
+        return f"{r.size}x{r.size}" if r.size else f"holes {r.holes:g}" if r.holes is not None else "Sum"
+
+    parts = any(r.size is not None or r.holes is not None for r in rows)
     lines = [
-        f"A = {first.label}, B = {second.label}; acc./opt. Sum in % (per size: its rates); gained/lost: instances "
-        "B solves and A does not, and the reverse, with the exact McNemar p-value of that split.",
+        f"A = {first.label}, B = {second.label}; acc./opt. Sum in % (per size: its rates; per hole level: the Sum "
+        "of the instances drawn with it); gained/lost: instances B solves and A does not, and the reverse, with "
+        "the exact McNemar p-value of that split.",
         "",
         *md_head(
-            ["agents", *(["size"] if by_size else []), "instances", "A", "B", "B - A"]
+            ["agents", *(["part"] if parts else []), "instances", "A", "B", "B - A"]
             + ["valid gained/lost", "optimal gained/lost"]
         ),  # fmt: skip
     ]
     for r in rows:
-        size = [f"{r.size}x{r.size}" if r.size else "Sum"] if by_size else []
+        size = [part(r)] if parts else []
         change = f"{r.second[0] - r.first[0]:+.1f}/{r.second[1] - r.first[1]:+.1f}"
         cells = [str(r.agents), *size, str(r.instances), pair(r.first), pair(r.second), change]
         lines.append(md_row(cells + [split(r.valid, r.valid_p), split(r.optimal, r.optimal_p)]))

@@ -91,6 +91,18 @@ def test_committed_rescore_records_give_the_tables_and_splits_of_their_summary()
     assert "| 3 | 4x4 | 150 | 30.0/29.3 | 40.7/33.3 | +10.7/+4.0 | 19/3 (p 0.00086) |" in result.stdout
     assert "| 3 | Sum | 1200 | 25.7/24.6 | 31.4/25.8 | +5.7/+1.2 | 116/47 (p 6.5e-08) |" in result.stdout
 
+    by_holes = compare(read_scored(start), read_scored(trial), by_holes=True)
+    assert [r for r in by_holes if r.holes is None] == rows
+    for agents in (3, 4, 5):
+        cells = [r for r in by_holes if r.agents == agents and r.holes is not None]
+        assert [r.holes for r in cells] == [0.0, 0.1, 0.2, 0.3]
+        per_size = rows[agents - 3].instances // 150  # instance k of a 50-instance subset: hole level k % 4
+        assert [r.instances for r in cells] == [39 * per_size, 39 * per_size, 36 * per_size, 36 * per_size]
+        assert sum(r.valid[0] for r in cells) == rows[agents - 3].valid[0]
+    assert [r.valid[0] - r.valid[1] for r in by_holes if r.agents == 3][:4] == [32, 26, 4, 7]  # full-benchmark.md's
+    result = cli("compare", start, trial, "--by-holes")
+    assert "| agents | part | instances |" in result.stdout and "| 3 | holes 0.3 | 288 |" in result.stdout
+
 
 def test_what_cannot_be_compared_is_refused_with_the_reason(tmp_path):
     two = [s.id for s in VALIDATION.specs() if parse_id(s.id)["agents"] == 2]

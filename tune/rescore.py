@@ -167,7 +167,7 @@ def _by_holes_table(records: dict[tuple[str, str], dict], start: dict, agents: l
     lines = [
         "",
         "Where the change lands: net instances (gained - lost against the start) by the hole ratio the benchmark "
-        f"instance was drawn with ({levels}: a quarter of each agent count's instances each); the start's "
+        f"instance was drawn with ({levels}: 26, 26, 24 and 24% of each agent count's instances); the start's "
         "row: the instances it solves.",
         "",
     ]
