@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors.chat import openai_chat, serve_chat
-from actors.engineer_baselines import BASELINES, evidence_note
+from actors.engineer_baselines import BASELINES, BandConfig, evidence_note
 from actors.engineer_context import PRESETS, ContextConfig, EngineerInputs, render, sections, summary_request
 from actors.engineer_probe import PROBE_REVISED, Probe, ProbeConfig, Score, drop_flagged, evidence, run_probe
 from actors.level_replay import LevelReplayConfig, choose_levels
@@ -62,6 +62,7 @@ class EngineerConfig(BaseModel):
         None, description="score the proposal on the current policy first and revise once (off by default)"
     )
     levels: LevelReplayConfig = Field(default_factory=LevelReplayConfig, description="the plr-levels engineer")
+    band: BandConfig = Field(default_factory=BandConfig, description="the band engineer's target and steps")
     openai_base_url: str | None = None
     openai_model: str | None = None
     openai_api_key_env: str = "OPENAI_API_KEY"
@@ -184,8 +185,8 @@ def _propose(settings: EngineerConfig, inputs: EngineerInputs, ask) -> Decision:
         decision.notes.append(f"plr-levels: {len(decision.levels)} levels to replay from {len(inputs.levels)} scored")
         return _accept(decision, inputs, inputs.config.to_dict(), settings.agent_count)
     if settings.backend in BASELINES:
-        decision.parsed = BASELINES[settings.backend](inputs)
-        if note := evidence_note(settings.backend, inputs):
+        decision.parsed = BASELINES[settings.backend](inputs, settings)
+        if note := evidence_note(inputs, settings):
             decision.notes.append(note)
         return _accept(decision, inputs, decision.parsed, settings.agent_count)
     context = settings.context_config()

@@ -1,4 +1,5 @@
-"""Non-LLM engineers with the same interface as the LLM ones: inputs -> a raw proposal (projected later).
+"""Non-LLM engineers with the same interface as the LLM ones: (inputs, settings) -> a raw proposal (projected
+later).
 
 - ``fixed``: keep the round-0 configuration (GRPO on a fixed config, the paper's baseline);
 - ``random``: a fresh random configuration each round (domain randomisation);
@@ -8,25 +9,45 @@
   rank-prioritised with a temperature, mixed with a staleness term;
 - ``band``: steer each size's hole ratio so that its *training rollouts* stay in a learning band: the
   sampled valid rate of the rollouts at the size's current hole ratio (all rounds so far, the buffer's
-  table) below 20% lowers the holes by 0.1, above 60% raises them by 0.05; data and WAIT shares are kept
-  (a local edit). It reads the evidence the fixed random configuration wastes: boards so holed that no
-  sample of a group is valid carry no signal.
+  table) below 20% lowers the holes by 0.1, above 60% raises them by 0.05 (``engineer.band``); data and WAIT
+  shares are kept (a local edit). It reads the evidence the fixed random configuration wastes: boards so
+  holed that no sample of a group is valid carry no signal.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from actors.engineer_context import EngineerInputs
 from env.config import RANGES, SIZES, random_config
 from env.generator import derive_seed
 from env.stats import HOLE_BIN
 
+if TYPE_CHECKING:
+    from actors.engineer import EngineerConfig
+
 LEARNING_BAND = (0.15, 0.85)
-ROLLOUT_BAND = (0.2, 0.6)  # the band engineer's target: sampled valid rate of a size's training rollouts
-BAND_STEPS = (0.1, 0.05)  # hole ratio moved down when below the band, up when above it
-BAND_MIN_SAMPLES = 8  # rollouts a size needs at its current hole ratio before the band engineer moves it
 PLR_TEMPERATURE, PLR_STALENESS = 0.3, 0.3
+
+
+class BandConfig(BaseModel):
+    """The ``band`` engineer's target and steps (``engineer.band``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    low: float = Field(0.2, ge=0.0, le=1.0, description="a size's rollouts valid below this: fewer holes")
+    high: float = Field(0.6, ge=0.0, le=1.0, description="above this: more holes")
+    down: float = Field(0.1, ge=0.0, le=0.6, description="hole ratio taken off below the band")
+    up: float = Field(0.05, ge=0.0, le=0.6, description="hole ratio added above the band")
+    min_samples: int = Field(8, ge=1, description="rollouts a size needs at its current hole ratio to be moved")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BandConfig:
+        if self.low > self.high:
+            raise ValueError(f"band: low {self.low} is above high {self.high}")
+        return self
 
 
 def size_rates(inputs: EngineerInputs) -> dict[int, float]:
@@ -45,17 +66,17 @@ def _raw(inputs: EngineerInputs, sizes: dict[int, dict[str, float]]) -> dict[str
     return {"sizes": sizes, "num_agents": inputs.config.num_agents, "num_instances": inputs.config.num_instances}
 
 
-def fixed(inputs: EngineerInputs) -> dict[str, Any]:
+def fixed(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any]:
     first = inputs.history[0].config if inputs.history else inputs.config
     return first.to_dict()
 
 
-def randomised(inputs: EngineerInputs) -> dict[str, Any]:
+def randomised(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any]:
     config = random_config(derive_seed(inputs.config.seed, "random-engineer", inputs.round + 1))
     return _raw(inputs, {s: k.model_dump() for s, k in config.sizes.items()})
 
 
-def heuristic(inputs: EngineerInputs) -> dict[str, Any]:
+def heuristic(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any]:
     rates = size_rates(inputs)
     low, high = LEARNING_BAND
     sizes = {}
@@ -74,7 +95,7 @@ def heuristic(inputs: EngineerInputs) -> dict[str, Any]:
     return _raw(inputs, sizes)
 
 
-def plr(inputs: EngineerInputs) -> dict[str, Any]:
+def plr(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any]:
     rates = size_rates(inputs)
     scores = {size: rates[size] * (1 - rates[size]) if size in rates else 0.25 for size in SIZES}
     ranked = sorted(SIZES, key=lambda s: (-scores[s], s))
@@ -100,9 +121,9 @@ def plr(inputs: EngineerInputs) -> dict[str, Any]:
     return _raw(inputs, sizes)
 
 
-def rollout_rates(inputs: EngineerInputs) -> dict[int, float]:
+def rollout_rates(inputs: EngineerInputs, min_samples: int) -> dict[int, float]:
     """Sampled valid rate of the training rollouts per map size, at the config's agent count and within one
-    hole bin of the size's current hole ratio (sizes with fewer than ``BAND_MIN_SAMPLES`` rollouts left out)."""
+    hole bin of the size's current hole ratio (sizes with fewer than ``min_samples`` rollouts left out)."""
     counts: dict[int, list[int]] = {}
     for (size, agents, hole, _), cell in (inputs.rollouts.cells if inputs.rollouts else {}).items():
         current = inputs.config.sizes.get(size)
@@ -110,35 +131,34 @@ def rollout_rates(inputs: EngineerInputs) -> dict[int, float]:
             totals = counts.setdefault(size, [0, 0])
             totals[0] += cell.valid
             totals[1] += cell.total
-    return {size: valid / total for size, (valid, total) in counts.items() if total >= BAND_MIN_SAMPLES}
+    return {size: valid / total for size, (valid, total) in counts.items() if total >= min_samples}
 
 
-def band(inputs: EngineerInputs) -> dict[str, Any]:
-    rates = rollout_rates(inputs)
-    (low, high), (down, up) = ROLLOUT_BAND, BAND_STEPS
+def band(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any]:
+    target = settings.band
+    rates = rollout_rates(inputs, target.min_samples)
     sizes = {}
     for size, knobs in inputs.config.sizes.items():
         hole, rate = knobs.hole_ratio, rates.get(size)
-        if rate is not None and rate < low:
-            hole = max(hole - down, 0.0)
-        elif rate is not None and rate > high:
-            hole = min(hole + up, RANGES["hole_ratio"][1])
+        if rate is not None and rate < target.low:
+            hole = max(hole - target.down, 0.0)
+        elif rate is not None and rate > target.high:
+            hole = min(hole + target.up, RANGES["hole_ratio"][1])
         sizes[size] = knobs.model_dump() | {"hole_ratio": round(hole, 2)}
     return _raw(inputs, sizes)
 
 
 BASELINES = {"fixed": fixed, "random": randomised, "heuristic": heuristic, "plr": plr, "band": band}
-EVIDENCE = {  # the per-size rates a baseline decides from, shown in decision.json's notes
-    "heuristic": ("validation valid", size_rates),
-    "plr": ("validation valid", size_rates),
-    "band": ("rollouts valid at the current hole ratio", rollout_rates),
-}
 
 
-def evidence_note(backend: str, inputs: EngineerInputs) -> str | None:
-    """One line naming the rates ``backend`` read, per map size (None for a baseline that reads none)."""
-    if backend not in EVIDENCE:
+def evidence_note(inputs: EngineerInputs, settings: EngineerConfig) -> str | None:
+    """One line naming the per-size rates the baseline decided from (for decision.json's notes; None for a
+    baseline that reads none)."""
+    if settings.backend in ("heuristic", "plr"):
+        label, rates = "validation valid", size_rates(inputs)
+    elif settings.backend == "band":
+        label, rates = "rollouts valid at the current hole ratio", rollout_rates(inputs, settings.band.min_samples)
+    else:
         return None
-    label, rates = EVIDENCE[backend]
-    shown = ", ".join(f"{size}x{size} {rate:.0%}" for size, rate in sorted(rates(inputs).items()))
+    shown = ", ".join(f"{size}x{size} {rate:.0%}" for size, rate in sorted(rates.items()))
     return f"evidence: {label}: {shown or 'no size with enough'}"

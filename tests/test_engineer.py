@@ -251,5 +251,10 @@ def test_band_moves_each_sizes_holes_by_its_rollouts_valid_rate_at_the_current_h
     holes = {size: knobs.hole_ratio for size, knobs in decision.config.sizes.items()}
     assert decision.fallback is None and holes == {4: 0.4, 5: 0.15, 6: 0.3, 7: 0.3}
     assert decision.notes == ["evidence: rollouts valid at the current hole ratio: 4x4 6%, 5x5 80%"]
+    stricter = EngineerConfig(backend="band", band={"low": 0.05, "high": 0.9, "min_samples": 4})  # engineer.band
+    holes = {size: knobs.hole_ratio for size, knobs in decide(stricter, inputs).config.sizes.items()}
+    assert holes == {4: 0.5, 5: 0.1, 6: 0.2, 7: 0.3}  # 6% and 80% now in the band; 6x6's 5 rollouts count
+    with pytest.raises(ValueError, match="low 0.7 is above high 0.6"):
+        EngineerConfig(backend="band", band={"low": 0.7})
     shares = {size: (knobs.data_ratio, knobs.wait_ratio) for size, knobs in decision.config.sizes.items()}
     assert shares == {size: (knobs.data_ratio, knobs.wait_ratio) for size, knobs in config.sizes.items()}
