@@ -135,6 +135,7 @@ def rollout_rates(inputs: EngineerInputs, min_samples: int) -> dict[int, float]:
 
 
 def band(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any]:
+    """Each size's hole ratio one step toward its rollouts' learning band (``settings.band``); the rest kept."""
     target = settings.band
     rates = rollout_rates(inputs, target.min_samples)
     sizes = {}
