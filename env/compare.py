@@ -205,8 +205,8 @@ def to_markdown(first: Scored, second: Scored, rows: list[PairedRow]) -> str:
         ),  # fmt: skip
     ]
     for r in rows:
-        size = [part(r)] if parts else []
+        which = [part(r)] if parts else []
         change = f"{r.second[0] - r.first[0]:+.1f}/{r.second[1] - r.first[1]:+.1f}"
-        cells = [str(r.agents), *size, str(r.instances), pair(r.first), pair(r.second), change]
+        cells = [str(r.agents), *which, str(r.instances), pair(r.first), pair(r.second), change]
         lines.append(md_row(cells + [split(r.valid, r.valid_p), split(r.optimal, r.optimal_p)]))
     return "\n".join(lines) + "\n"
