@@ -16,7 +16,7 @@ later).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -24,9 +24,6 @@ from actors.engineer_context import EngineerInputs
 from env.config import RANGES, SIZES, random_config
 from env.generator import derive_seed
 from env.stats import HOLE_BIN
-
-if TYPE_CHECKING:
-    from actors.engineer import EngineerConfig
 
 LEARNING_BAND = (0.15, 0.85)
 PLR_TEMPERATURE, PLR_STALENESS = 0.3, 0.3
@@ -50,6 +47,13 @@ class BandConfig(BaseModel):
         return self
 
 
+class BaselineSettings(Protocol):
+    """What a baseline reads of the engineer's settings (``actors.engineer.EngineerConfig``)."""
+
+    backend: str
+    band: BandConfig
+
+
 def size_rates(inputs: EngineerInputs) -> dict[int, float]:
     """Validation valid rate per map size, for the config's agent count (all counts if it has none)."""
     rows = [k for k in inputs.validation.cells if k[1] == inputs.config.num_agents] or list(inputs.validation.cells)
@@ -66,17 +70,17 @@ def _raw(inputs: EngineerInputs, sizes: dict[int, dict[str, float]]) -> dict[str
     return {"sizes": sizes, "num_agents": inputs.config.num_agents, "num_instances": inputs.config.num_instances}
 
 
-def fixed(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any]:
+def fixed(inputs: EngineerInputs, settings: BaselineSettings) -> dict[str, Any]:
     first = inputs.history[0].config if inputs.history else inputs.config
     return first.to_dict()
 
 
-def randomised(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any]:
+def randomised(inputs: EngineerInputs, settings: BaselineSettings) -> dict[str, Any]:
     config = random_config(derive_seed(inputs.config.seed, "random-engineer", inputs.round + 1))
     return _raw(inputs, {s: k.model_dump() for s, k in config.sizes.items()})
 
 
-def heuristic(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any]:
+def heuristic(inputs: EngineerInputs, settings: BaselineSettings) -> dict[str, Any]:
     rates = size_rates(inputs)
     low, high = LEARNING_BAND
     sizes = {}
@@ -95,7 +99,7 @@ def heuristic(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any
     return _raw(inputs, sizes)
 
 
-def plr(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any]:
+def plr(inputs: EngineerInputs, settings: BaselineSettings) -> dict[str, Any]:
     rates = size_rates(inputs)
     scores = {size: rates[size] * (1 - rates[size]) if size in rates else 0.25 for size in SIZES}
     ranked = sorted(SIZES, key=lambda s: (-scores[s], s))
@@ -134,7 +138,7 @@ def rollout_rates(inputs: EngineerInputs, min_samples: int) -> dict[int, float]:
     return {size: valid / total for size, (valid, total) in counts.items() if total >= min_samples}
 
 
-def band(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any]:
+def band(inputs: EngineerInputs, settings: BaselineSettings) -> dict[str, Any]:
     """Each size's hole ratio one step toward its rollouts' learning band (``settings.band``); the rest kept."""
     target = settings.band
     rates = rollout_rates(inputs, target.min_samples)
@@ -152,7 +156,7 @@ def band(inputs: EngineerInputs, settings: EngineerConfig) -> dict[str, Any]:
 BASELINES = {"fixed": fixed, "random": randomised, "heuristic": heuristic, "plr": plr, "band": band}
 
 
-def evidence_note(inputs: EngineerInputs, settings: EngineerConfig) -> str | None:
+def evidence_note(inputs: EngineerInputs, settings: BaselineSettings) -> str | None:
     """One line naming the per-size rates the baseline decided from (for decision.json's notes; None for a
     baseline that reads none)."""
     if settings.backend in ("heuristic", "plr"):
