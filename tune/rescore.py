@@ -164,10 +164,14 @@ def _by_holes_table(records: dict[tuple[str, str], dict], start: dict, agents: l
         if key[0] != START
     }
     levels = " / ".join(f"{holes:g}" for holes in HOLE_LEVELS)
+    per_subset = start["per_cell"] or BENCHMARK.per_subset  # instance k of a subset has hole level k % 4
+    shares = ", ".join(
+        f"{sum(k % len(HOLE_LEVELS) == h for k in range(per_subset)) / per_subset:.0%}" for h in range(len(HOLE_LEVELS))
+    )
     lines = [
         "",
         "Where the change lands: net instances (gained - lost against the start) by the hole ratio the benchmark "
-        f"instance was drawn with ({levels}: 26, 26, 24 and 24% of each agent count's instances); the start's "
+        f"instance was drawn with ({levels}: {shares} of each agent count's instances); the start's "
         "row: the instances it solves.",
         "",
     ]
